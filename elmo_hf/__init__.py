@@ -1,0 +1,33 @@
+# Copyright 2026 The elmo-hf Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""ELMo for Hugging Face transformers; importing the package registers it with the Auto classes."""
+
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+from .configuration_elmo import ElmoConfig
+from .modeling_elmo import ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
+from .tokenization_elmo import ElmoTokenizer
+
+AutoConfig.register(ElmoConfig.model_type, ElmoConfig, exist_ok=True)
+AutoModel.register(ElmoConfig, ElmoModel, exist_ok=True)
+AutoTokenizer.register(ElmoConfig, tokenizer_class=ElmoTokenizer, exist_ok=True)
+
+# Saved folders carry these files and name them in `auto_map`, so they also load with `trust_remote_code=True`.
+ElmoConfig.register_for_auto_class()
+ElmoModel.register_for_auto_class("AutoModel")
+ElmoTokenizer.register_for_auto_class()
+
+__version__ = "0.1.0"
+
+__all__ = ["ElmoConfig", "ElmoModel", "ElmoModelOutput", "ElmoPreTrainedModel", "ElmoTokenizer"]

@@ -1,0 +1,150 @@
+# Copyright 2026 The elmo-hf Authors. ELMo by Peters et al. (2018), Allen Institute for AI.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""ELMo model configuration."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+ELMO_ACTIVATIONS = ("relu", "tanh")
+# Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
+ELMO_AUTO_MAP = {
+    "AutoConfig": "configuration_elmo.ElmoConfig",
+    "AutoModel": "modeling_elmo.ElmoModel",
+}
+
+
+@strict
+class ElmoConfig(PreTrainedConfig):
+    r"""
+    Configuration of an ELMo biLM ([Peters et al., 2018](https://arxiv.org/abs/1802.05365)). The defaults are the
+    "original" published architecture `2x4096_512_2048cnn_2xhighway`.
+
+    Args:
+        char_vocab_size (`int`, defaults to 262):
+            Number of character ids: 0 pads whole words, 1..256 are UTF-8 bytes + 1, 257..261 the markers.
+        max_characters_per_token (`int`, defaults to 50):
+            Character ids per word, begin/end-of-word marks included.
+        char_embedding_dim (`int`, defaults to 16):
+            Width of the character embeddings.
+        filters (`list[list[int]]`):
+            `[width, num_filters]` per convolution bank of the character CNN.
+        activation (`str`, defaults to `"relu"`):
+            Activation after max-pooling the convolutions, `"relu"` or `"tanh"` (highway layers always use relu).
+        num_highway_layers (`int`, defaults to 2):
+            Highway layers after the character CNN.
+        projection_dim (`int`, defaults to 512):
+            Width of the token layer and of each LSTM direction's projected output.
+        lstm_dim (`int`, defaults to 4096):
+            LSTM cell size.
+        num_layers (`int`, defaults to 2):
+            biLSTM layers per direction.
+        cell_clip (`float`, *optional*, defaults to 3.0):
+            The LSTM cell is clipped to `[-cell_clip, cell_clip]`; `None` turns clipping off.
+        projection_clip (`float`, *optional*, defaults to 3.0):
+            The projected LSTM output is clipped to `[-projection_clip, projection_clip]`; `None` turns it off.
+        use_skip_connections (`bool`, defaults to `True`):
+            Residual connection around every LSTM layer but the first.
+        initializer_range (`float`, defaults to 0.02):
+            Standard deviation of the normal initialiser for weights that are not loaded.
+
+    `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves).
+
+    Example:
+
+    ```python
+    >>> from elmo_hf import ElmoConfig, ElmoModel
+    >>> config = ElmoConfig(lstm_dim=1024, projection_dim=128, num_highway_layers=1)  # the "small" architecture
+    >>> model = ElmoModel(config)
+    ```"""
+
+    model_type = "elmo"
+    attribute_map = {"vocab_size": "char_vocab_size", "num_hidden_layers": "num_layers"}
+
+    char_vocab_size: int = 262
+    max_characters_per_token: int = 50
+    char_embedding_dim: int = 16
+    filters: list[list[int]] | tuple[tuple[int, int], ...] = (
+        (1, 32),
+        (2, 32),
+        (3, 64),
+        (4, 128),
+        (5, 256),
+        (6, 512),
+        (7, 1024),
+    )
+    activation: str = "relu"
+    num_highway_layers: int = 2
+    projection_dim: int = 512
+    lstm_dim: int = 4096
+    num_layers: int = 2
+    cell_clip: float | int | None = 3.0
+    projection_clip: float | int | None = 3.0
+    use_skip_connections: bool = True
+    initializer_range: float = 0.02
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 257
+    eos_token_id: int | None = 258
+
+    def __post_init__(self, **kwargs):
+        self.filters = [list(bank) for bank in self.filters]
+        kwargs["auto_map"] = {**ELMO_AUTO_MAP, **(kwargs.get("auto_map") or {})}
+        super().__post_init__(**kwargs)
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of every output layer: forward and backward halves of `projection_dim` each."""
+        return 2 * self.projection_dim
+
+    @property
+    def num_filters(self) -> int:
+        """Width of the character CNN output (all banks concatenated)."""
+        return sum(num for _, num in self.filters)
+
+    def validate_architecture(self):
+        """Checks every architecture field and names the bad one."""
+        super().validate_architecture()
+        positive = ("char_embedding_dim", "projection_dim", "lstm_dim", "num_layers")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"ElmoConfig.{name} must be a positive integer, got {getattr(self, name)}.")
+        if self.char_vocab_size < 262:
+            raise ValueError(
+                f"ElmoConfig.char_vocab_size must be at least 262 (ELMo's character ids), got {self.char_vocab_size}."
+            )
+        if self.max_characters_per_token < 3:
+            raise ValueError(
+                "ElmoConfig.max_characters_per_token must be at least 3 (begin-of-word, one byte, end-of-word), "
+                f"got {self.max_characters_per_token}."
+            )
+        if self.num_highway_layers < 0:
+            raise ValueError(f"ElmoConfig.num_highway_layers must be >= 0, got {self.num_highway_layers}.")
+        if self.activation not in ELMO_ACTIVATIONS:
+            raise ValueError(f"ElmoConfig.activation must be one of {ELMO_ACTIVATIONS}, got {self.activation!r}.")
+        if not self.filters:
+            raise ValueError("ElmoConfig.filters must list at least one [width, num_filters] bank.")
+        for bank in self.filters:
+            if len(bank) != 2 or not all(isinstance(v, int) and v >= 1 for v in bank):
+                raise ValueError(f"ElmoConfig.filters entries must be [width, num_filters] positive ints, got {bank}.")
+            if bank[0] > self.max_characters_per_token:
+                raise ValueError(
+                    f"ElmoConfig.filters has width {bank[0]}, wider than max_characters_per_token "
+                    f"({self.max_characters_per_token})."
+                )
+        for name in ("cell_clip", "projection_clip"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value}.")
+
+
+__all__ = ["ElmoConfig"]

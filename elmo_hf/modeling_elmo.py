@@ -1,0 +1,453 @@
+# Copyright 2026 The elmo-hf Authors. ELMo by Peters et al. (2018), Allen Institute for AI.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""PyTorch ELMo model: character CNN token layer and bidirectional LSTM language model.
+
+Paper: "Deep contextualized word representations", Peters et al. 2018 (https://arxiv.org/abs/1802.05365).
+Original implementations: allenai/bilm-tf (TensorFlow) and allenai/allennlp (PyTorch), Apache-2.0.
+
+Dimension names used in the docstrings: `batch_size`, `sequence_length` (words), `max_characters_per_token`,
+`projection_dim`, `lstm_dim`; `sequence_length + 2` counts the sentence boundaries `<S>` and `</S>`.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import ModelOutput
+from transformers.utils.generic import can_return_tuple
+
+from .configuration_elmo import ElmoConfig
+from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
+
+LstmState = tuple[torch.Tensor, torch.Tensor]
+
+
+def lstm_with_projection(
+    gate_inputs: torch.Tensor,
+    batch_sizes: list[int],
+    hidden_to_gates_weight: torch.Tensor,
+    gates_bias: torch.Tensor,
+    projection_weight: torch.Tensor,
+    initial_state: LstmState,
+    cell_clip: float | None,
+    projection_clip: float | None,
+) -> tuple[torch.Tensor, LstmState]:
+    """Runs one LSTM direction with a projected, clipped output over a length-sorted batch.
+
+    Pure function, state in and out, so the scan can be swapped for a kernel. The gate order is i, f, g, o; the
+    forget bias of the original TensorFlow cell is already folded into `gates_bias`.
+
+    Args:
+        gate_inputs: `(batch_size, steps, 4 * lstm_dim)`, the input-to-gate products of all steps, rows sorted by
+            length (longest first).
+        batch_sizes: number of rows still running at each step (non-increasing, one entry per step).
+        hidden_to_gates_weight: `(4 * lstm_dim, projection_dim)`.
+        gates_bias: `(4 * lstm_dim,)`.
+        projection_weight: `(projection_dim, lstm_dim)`.
+        initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`.
+        cell_clip, projection_clip: clip bounds, `None` for no clipping.
+
+    Returns:
+        The outputs `(batch_size, steps, projection_dim)`, zero beyond each row's length, and the final `(h, c)` of
+        every row (the state after its own last step).
+    """
+    hidden, cell = initial_state
+    outputs = gate_inputs.new_zeros(gate_inputs.shape[0], gate_inputs.shape[1], projection_weight.shape[0])
+    finished_hidden, finished_cell = [], []
+    for step, active in enumerate(batch_sizes):
+        if active < hidden.shape[0]:
+            finished_hidden.append(hidden[active:])
+            finished_cell.append(cell[active:])
+            hidden, cell = hidden[:active], cell[:active]
+        gates = torch.addmm(gates_bias, hidden, hidden_to_gates_weight.t()) + gate_inputs[:active, step]
+        input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=1)
+        cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(candidate)
+        if cell_clip is not None:
+            cell = cell.clamp(-cell_clip, cell_clip)
+        hidden = (torch.sigmoid(output_gate) * torch.tanh(cell)) @ projection_weight.t()
+        if projection_clip is not None:
+            hidden = hidden.clamp(-projection_clip, projection_clip)
+        outputs[:active, step] = hidden
+    finished_hidden.append(hidden)
+    finished_cell.append(cell)
+    # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
+    return outputs, (torch.cat(finished_hidden[::-1]), torch.cat(finished_cell[::-1]))
+
+
+class ElmoCharCnn(nn.Module):
+    """Convolutions of several widths over a word's characters, max-pooled over positions, then the activation."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.convolutions = nn.ModuleList(
+            nn.Conv1d(config.char_embedding_dim, num, width) for width, num in config.filters
+        )
+        self.activation = torch.relu if config.activation == "relu" else torch.tanh
+
+    def forward(self, char_embeddings: torch.Tensor) -> torch.Tensor:
+        """`(num_words, max_characters_per_token, char_embedding_dim)` -> `(num_words, num_filters)`."""
+        # (num_words, char_embedding_dim, max_characters_per_token) for Conv1d
+        char_embeddings = char_embeddings.transpose(1, 2)
+        pooled = [conv(char_embeddings).amax(dim=-1) for conv in self.convolutions]
+        return self.activation(torch.cat(pooled, dim=-1))
+
+
+class ElmoHighwayLayer(nn.Module):
+    """`x <- g * relu(transform(x)) + (1 - g) * x` with `g = sigmoid(gate(x))` (Srivastava et al. 2015).
+
+    As in bilm-tf, the gate multiplies the transformed branch.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.transform = nn.Linear(dim, dim)
+        self.gate = nn.Linear(dim, dim)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        gate = torch.sigmoid(self.gate(hidden))
+        return gate * torch.relu(self.transform(hidden)) + (1 - gate) * hidden
+
+
+class ElmoHighway(nn.Module):
+    """The stack of highway layers after the character CNN."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(ElmoHighwayLayer(config.num_filters) for _ in range(config.num_highway_layers))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            hidden = layer(hidden)
+        return hidden
+
+
+class ElmoCharacterEncoder(nn.Module):
+    """The context-independent token layer: character embeddings, CNN, highway, linear projection."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.char_embeddings = nn.Embedding(config.char_vocab_size, config.char_embedding_dim, padding_idx=0)
+        self.char_cnn = ElmoCharCnn(config)
+        self.highway = ElmoHighway(config)
+        self.projection = nn.Linear(config.num_filters, config.projection_dim)
+
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """`(num_words, max_characters_per_token)` character ids -> `(num_words, projection_dim)` token vectors."""
+        return self.projection(self.highway(self.char_cnn(self.char_embeddings(char_ids))))
+
+
+class ElmoLstmCellWithProjection(nn.Module):
+    """One direction of one biLSTM layer: an LSTM cell whose output is projected to `projection_dim` and clipped."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.input_to_gates = nn.Linear(config.projection_dim, 4 * config.lstm_dim, bias=False)
+        self.hidden_to_gates = nn.Linear(config.projection_dim, 4 * config.lstm_dim)
+        self.projection = nn.Linear(config.lstm_dim, config.projection_dim, bias=False)
+        self.cell_clip = config.cell_clip
+        self.projection_clip = config.projection_clip
+
+    def forward(
+        self, inputs: torch.Tensor, batch_sizes: list[int], initial_state: LstmState
+    ) -> tuple[torch.Tensor, LstmState]:
+        """`(batch_size, steps, projection_dim)`, rows sorted by length, in this direction's time order."""
+        # The input-to-gate products of all steps in one matrix product; only the recurrence is sequential.
+        return lstm_with_projection(
+            self.input_to_gates(inputs),
+            batch_sizes,
+            self.hidden_to_gates.weight,
+            self.hidden_to_gates.bias,
+            self.projection.weight,
+            initial_state,
+            self.cell_clip,
+            self.projection_clip,
+        )
+
+
+class ElmoLstmLayer(nn.Module):
+    """One biLSTM layer: independent forward and backward cells, each fed its own direction's previous layer."""
+
+    def __init__(self, config: ElmoConfig, residual: bool):
+        super().__init__()
+        self.forward_cell = ElmoLstmCellWithProjection(config)
+        self.backward_cell = ElmoLstmCellWithProjection(config)
+        self.residual = residual
+
+    def forward(
+        self,
+        forward_inputs: torch.Tensor,
+        backward_inputs: torch.Tensor,
+        batch_sizes: list[int],
+        initial_states: tuple[LstmState, LstmState],
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[LstmState, LstmState]]:
+        """Inputs `(batch_size, sequence_length + 2, projection_dim)`; the backward ones are already time-reversed
+        per row. Returns both outputs (same layout) and both final states."""
+        forward_outputs, forward_state = self.forward_cell(forward_inputs, batch_sizes, initial_states[0])
+        backward_outputs, backward_state = self.backward_cell(backward_inputs, batch_sizes, initial_states[1])
+        if self.residual:
+            forward_outputs = forward_outputs + forward_inputs
+            backward_outputs = backward_outputs + backward_inputs
+        return forward_outputs, backward_outputs, (forward_state, backward_state)
+
+
+class ElmoBiLm(nn.Module):
+    """The stack of biLSTM layers over the token layer (the first layer has no residual connection)."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            ElmoLstmLayer(config, residual=config.use_skip_connections and index > 0)
+            for index in range(config.num_layers)
+        )
+
+    def forward(
+        self, token_embeddings: torch.Tensor, lengths: torch.Tensor, initial_state: LstmState
+    ) -> tuple[list[torch.Tensor], LstmState]:
+        """Runs every layer in both directions.
+
+        Args:
+            token_embeddings: `(batch_size, sequence_length + 2, projection_dim)`, zero beyond each row's length.
+            lengths: `(batch_size,)` tokens per row, boundaries included (at least 2).
+            initial_state: `(h, c)`, `(2 * num_layers, batch_size, projection_dim | lstm_dim)`, row
+                `2 * layer + direction` (direction 0 forward, 1 backward).
+
+        Returns:
+            One `(batch_size, sequence_length + 2, 2 * projection_dim)` tensor `[forward; backward]` per layer, zero
+            beyond each row's length, and the final state in the layout of `initial_state`.
+        """
+        batch_size, steps, _ = token_embeddings.shape
+        sorted_lengths, order = lengths.sort(descending=True)
+        unsort = order.argsort()
+        batch_sizes = (sorted_lengths.unsqueeze(0) > torch.arange(steps, device=lengths.device).unsqueeze(1))
+        batch_sizes = batch_sizes.sum(1).tolist()
+        # Per row, position t of the backward direction reads position length - 1 - t; padding stays in place.
+        positions = torch.arange(steps, device=lengths.device).expand(batch_size, steps)
+        reverse = torch.where(positions < sorted_lengths.unsqueeze(1), sorted_lengths.unsqueeze(1) - 1 - positions, positions)
+        reverse = reverse.unsqueeze(-1).expand(-1, -1, token_embeddings.shape[-1])
+
+        forward_inputs = token_embeddings[order]
+        backward_inputs = forward_inputs.gather(1, reverse)
+        hidden, cell = initial_state[0][:, order], initial_state[1][:, order]
+        layer_outputs, final_hidden, final_cell = [], [], []
+        for index, layer in enumerate(self.layers):
+            states = ((hidden[2 * index], cell[2 * index]), (hidden[2 * index + 1], cell[2 * index + 1]))
+            forward_inputs, backward_inputs, (forward_state, backward_state) = layer(
+                forward_inputs, backward_inputs, batch_sizes, states
+            )
+            layer_outputs.append(torch.cat([forward_inputs, backward_inputs.gather(1, reverse)], dim=-1)[unsort])
+            final_hidden += [forward_state[0], backward_state[0]]
+            final_cell += [forward_state[1], backward_state[1]]
+        return layer_outputs, (torch.stack(final_hidden)[:, unsort], torch.stack(final_cell)[:, unsort])
+
+
+@dataclass
+class ElmoModelOutput(ModelOutput):
+    r"""
+    Outputs of [`ElmoModel`], one vector per word (sentence boundaries removed, zeros at padding).
+
+    Args:
+        last_hidden_state (`torch.FloatTensor` of shape `(batch_size, sequence_length, 2 * projection_dim)`):
+            The top biLSTM layer, `[forward; backward]`.
+        hidden_states (`tuple(torch.FloatTensor)`, returned with `output_hidden_states=True`):
+            `num_layers + 1` tensors of shape `(batch_size, sequence_length, 2 * projection_dim)`: the token layer
+            doubled, `[token; token]`, then every biLSTM layer.
+        lstm_state (`tuple(torch.FloatTensor)`, returned with `output_lstm_state=True`):
+            The final LSTM state `(h, c)`, `(2 * num_layers, batch_size, projection_dim)` and
+            `(2 * num_layers, batch_size, lstm_dim)`, row `2 * layer + direction`; pass it as `lstm_state` to the
+            next call to continue statefully, as the original implementations do.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    lstm_state: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+
+
+class ElmoPreTrainedModel(PreTrainedModel):
+    """Weight initialisation and loading for every ELMo model."""
+
+    config: ElmoConfig
+    config_class = ElmoConfig
+    base_model_prefix = "elmo"
+    main_input_name = "input_ids"
+    _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
+
+
+class ElmoModel(ElmoPreTrainedModel):
+    """The ELMo biLM: per-word contextual vectors from character ids.
+
+    The model wraps each sentence in `<S>` / `</S>` itself and removes them from the outputs, so `input_ids` hold one
+    row of character ids per word. By default every call starts from zero LSTM states (stateless, deterministic); pass
+    `lstm_state` to start from a previous call's `output_lstm_state` as the original, stateful implementations do.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        self.token_encoder = ElmoCharacterEncoder(config)
+        self.bilm = ElmoBiLm(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.token_encoder.char_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.token_encoder.char_embeddings = value
+
+    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
+        """Raises a clear error for inputs the model cannot read correctly."""
+        if not isinstance(input_ids, torch.Tensor):
+            raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
+        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+            raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
+        chars = self.config.max_characters_per_token
+        if input_ids.dim() != 3:
+            raise ValueError(
+                f"input_ids must have shape (batch_size, sequence_length, {chars}): one row of character ids per "
+                f"word, as ElmoTokenizer returns; got shape {tuple(input_ids.shape)}."
+            )
+        if input_ids.shape[0] == 0:
+            raise ValueError("input_ids is an empty batch (batch_size 0); pass at least one sentence.")
+        if input_ids.shape[-1] != chars:
+            raise ValueError(
+                f"input_ids has {input_ids.shape[-1]} character ids per word, but this model reads "
+                f"max_characters_per_token={chars}; tokenize with ElmoTokenizer(max_characters_per_token={chars})."
+            )
+        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.char_vocab_size):
+            raise ValueError(
+                f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
+                f"{int(input_ids.min())}..{int(input_ids.max())}); ELMo ids come from ElmoTokenizer."
+            )
+        if attention_mask is not None:
+            if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
+                raise ValueError(
+                    f"attention_mask must have shape (batch_size, sequence_length) = {tuple(input_ids.shape[:2])}, "
+                    f"got {tuple(attention_mask.shape)}."
+                )
+            if (attention_mask.bool() & (input_ids == 0).all(-1)).any():
+                raise ValueError(
+                    "attention_mask marks a word whose character ids are all 0 (a padding row); padding rows must "
+                    "have attention_mask 0."
+                )
+
+    def _initial_lstm_state(self, lstm_state: LstmState | None, batch_size: int, like: torch.Tensor) -> LstmState:
+        """The state each row starts from: row i of `lstm_state` for row i, zeros for rows it does not have."""
+        shapes = (
+            (2 * self.config.num_layers, self.config.projection_dim),
+            (2 * self.config.num_layers, self.config.lstm_dim),
+        )
+        if lstm_state is None:
+            return tuple(like.new_zeros(rows, batch_size, dim) for rows, dim in shapes)
+        if not isinstance(lstm_state, (tuple, list)) or len(lstm_state) != 2:
+            raise TypeError("lstm_state must be the (h, c) pair of a previous output's lstm_state.")
+        state = []
+        for tensor, (rows, dim), name in zip(lstm_state, shapes, ("h", "c")):
+            if not isinstance(tensor, torch.Tensor) or tensor.dim() != 3 or (tensor.shape[0], tensor.shape[2]) != (
+                rows,
+                dim,
+            ):
+                shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                raise ValueError(f"lstm_state {name} must have shape ({rows}, batch_size, {dim}), got {shape}.")
+            tensor = tensor[:, :batch_size].to(like)
+            missing = batch_size - tensor.shape[1]
+            if missing:
+                tensor = torch.cat([tensor, tensor.new_zeros(rows, missing, dim)], dim=1)
+            state.append(tensor)
+        return tuple(state)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        lstm_state: LstmState | None = None,
+        output_hidden_states: bool | None = None,
+        output_lstm_state: bool | None = None,
+        **kwargs,
+    ) -> ElmoModelOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length, max_characters_per_token)`):
+                Character ids of each word, from [`ElmoTokenizer`]; a padding word is all zeros.
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 for words, 0 for padding. Derived from `input_ids` (any non-zero id) when not given.
+            lstm_state (`tuple(torch.FloatTensor)`, *optional*):
+                `(h, c)` to start the LSTMs from, as returned in `lstm_state` by a previous call: row i starts from
+                its row i (zeros for rows it lacks). `None` (default) starts every row from zeros.
+            output_hidden_states (`bool`, *optional*):
+                Return all `num_layers + 1` layers in `hidden_states`.
+            output_lstm_state (`bool`, *optional*):
+                Return the final LSTM state in `lstm_state`. Rows of the given `lstm_state` beyond this batch are
+                passed through unchanged, as the original implementations keep them.
+        """
+        if input_ids is None:
+            raise ValueError("ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token).")
+        self._check_inputs(input_ids, attention_mask)
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        mask = attention_mask.bool() if attention_mask is not None else (input_ids > 0).any(-1)
+        batch_size, sequence_length = mask.shape
+        lengths = mask.sum(1)
+
+        # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
+        gather_order = None
+        if not bool((mask == (torch.arange(sequence_length, device=mask.device) < lengths.unsqueeze(1))).all()):
+            gather_order = (~mask).to(torch.int8).argsort(dim=1, stable=True)
+            input_ids = input_ids.gather(1, gather_order.unsqueeze(-1).expand_as(input_ids))
+            mask = mask.gather(1, gather_order)
+
+        # The char CNN runs on real words and the two boundary tokens only, never on padding.
+        chars = self.config.max_characters_per_token
+        boundary_ids = torch.tensor(
+            [word_to_char_ids(BEGIN_SENTENCE_TOKEN, chars), word_to_char_ids(END_SENTENCE_TOKEN, chars)],
+            device=input_ids.device,
+        )
+        word_embeddings = self.token_encoder(input_ids[mask])
+        begin_embedding, end_embedding = self.token_encoder(boundary_ids)
+        # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
+        tokens = word_embeddings.new_zeros(batch_size, sequence_length + 2, self.config.projection_dim)
+        tokens[:, 1 : sequence_length + 1][mask] = word_embeddings
+        tokens[:, 0] = begin_embedding
+        tokens[torch.arange(batch_size, device=mask.device), lengths + 1] = end_embedding
+
+        initial_state = self._initial_lstm_state(lstm_state, batch_size, tokens)
+        layer_outputs, final_state = self.bilm(tokens, lengths + 2, initial_state)
+
+        word_mask = mask.unsqueeze(-1).to(tokens.dtype)
+        layers = [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
+        layers = [layer[:, 1 : sequence_length + 1] * word_mask for layer in layers]
+        if gather_order is not None:
+            restore = gather_order.argsort(dim=1).unsqueeze(-1).expand(-1, -1, layers[0].shape[-1])
+            layers = [layer.gather(1, restore) for layer in layers]
+
+        if output_lstm_state and lstm_state is not None and lstm_state[0].shape[1] > batch_size:
+            final_state = tuple(
+                torch.cat([new, old[:, batch_size:].to(new)], dim=1) for new, old in zip(final_state, lstm_state)
+            )
+        return ElmoModelOutput(
+            last_hidden_state=layers[-1],
+            hidden_states=tuple(layers) if output_hidden_states else None,
+            lstm_state=final_state if output_lstm_state else None,
+        )
+
+
+__all__ = [
+    "ElmoBiLm",
+    "ElmoCharacterEncoder",
+    "ElmoModel",
+    "ElmoModelOutput",
+    "ElmoPreTrainedModel",
+    "lstm_with_projection",
+]

@@ -1,0 +1,67 @@
+"""Shared fixtures: offline environment, a tiny config, and the converted fixture checkpoints."""
+
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from conversion.convert import convert  # noqa: E402
+from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE_SETS = ("allennlp", "bilm-tf")
+
+
+def tiny_config(**overrides) -> ElmoConfig:
+    """A small architecture that builds in milliseconds (same shape as the fixture checkpoints)."""
+    fields = dict(
+        char_embedding_dim=4,
+        filters=[[1, 4], [2, 8], [3, 16]],
+        num_highway_layers=1,
+        projection_dim=8,
+        lstm_dim=16,
+        num_layers=2,
+    )
+    fields.update(overrides)
+    return ElmoConfig(**fields)
+
+
+@pytest.fixture
+def tiny_model() -> ElmoModel:
+    torch.manual_seed(0)
+    return ElmoModel(tiny_config()).eval()
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> ElmoTokenizer:
+    return ElmoTokenizer()
+
+
+@pytest.fixture(scope="session")
+def converted(tmp_path_factory) -> dict[str, Path]:
+    """Both fixture checkpoints converted once with conversion/convert.py."""
+    root = tmp_path_factory.mktemp("converted")
+    return {
+        name: convert(FIXTURES / name / "options.json", FIXTURES / name / "lm_weights.hdf5", root / name)
+        for name in FIXTURE_SETS
+    }
+
+
+def fixture_sentences(name: str) -> list[list[list[str]]]:
+    """sentences.json: 3 lists of 10 whitespace-tokenized sentences."""
+    lists = json.loads((FIXTURES / name / "sentences.json").read_text())
+    return [[sentence.split() for sentence in sentences] for sentences in lists]
+
+
+def expected_top_layer(name: str, row: int, batch: int) -> np.ndarray:
+    """The original's top layer for sentence `batch` of list `row`, `(words, 2 * projection_dim)`."""
+    with h5py.File(FIXTURES / name / f"lm_embeddings_{row}.hdf5", "r") as file:
+        forward, backward = file[str(batch)][...]
+    return np.concatenate([forward, backward], axis=-1)

@@ -1,0 +1,228 @@
+"""ElmoModel: shapes, padding, statefulness, gradients, save/load, and every bad input."""
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from elmo_hf import ElmoConfig, ElmoModel
+from elmo_hf.modeling_elmo import lstm_with_projection
+
+SENTENCES = [["The", "cat", "sat", "."], ["Dogs", "bark"], ["Über", "naïve", "café", "😀", "x", "y"]]
+
+
+def encode(tokenizer, sentences, **kwargs):
+    return tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt", **kwargs)
+
+
+def test_output_shapes_and_padding_zeros(tiny_model, tokenizer):
+    inputs = encode(tokenizer, SENTENCES)
+    with torch.no_grad():
+        outputs = tiny_model(**inputs, output_hidden_states=True)
+    width = tiny_model.config.hidden_size
+    assert outputs.last_hidden_state.shape == (3, 6, width)
+    assert len(outputs.hidden_states) == tiny_model.config.num_layers + 1
+    assert all(layer.shape == (3, 6, width) for layer in outputs.hidden_states)
+    assert outputs.lstm_state is None
+    token_layer = outputs.hidden_states[0]
+    half = tiny_model.config.projection_dim
+    torch.testing.assert_close(token_layer[..., :half], token_layer[..., half:])
+    assert torch.equal(outputs.hidden_states[-1], outputs.last_hidden_state)
+    for row, words in enumerate(SENTENCES):
+        assert all(torch.all(layer[row, len(words) :] == 0) for layer in outputs.hidden_states)
+        assert torch.all(outputs.last_hidden_state[row, : len(words)].abs().sum(-1) > 0)
+
+
+def test_return_tuple(tiny_model, tokenizer):
+    inputs = encode(tokenizer, SENTENCES[:1])
+    with torch.no_grad():
+        as_tuple = tiny_model(**inputs, return_dict=False)
+        as_output = tiny_model(**inputs)
+    assert isinstance(as_tuple, tuple)
+    assert torch.equal(as_tuple[0], as_output.last_hidden_state)
+
+
+def test_mask_derived_from_ids_equals_given_mask(tiny_model, tokenizer):
+    inputs = encode(tokenizer, SENTENCES)
+    with torch.no_grad():
+        with_mask = tiny_model(**inputs).last_hidden_state
+        without_mask = tiny_model(input_ids=inputs["input_ids"]).last_hidden_state
+    assert torch.equal(with_mask, without_mask)
+
+
+def test_left_padding_gives_the_same_vectors(tiny_model, tokenizer):
+    right = encode(tokenizer, SENTENCES)
+    left = encode(tokenizer, SENTENCES, padding_side="left")
+    with torch.no_grad():
+        right_out = tiny_model(**right, output_hidden_states=True).hidden_states
+        left_out = tiny_model(**left, output_hidden_states=True).hidden_states
+    for row, words in enumerate(SENTENCES):
+        for right_layer, left_layer in zip(right_out, left_out):
+            torch.testing.assert_close(left_layer[row, -len(words) :], right_layer[row, : len(words)])
+            assert torch.all(left_layer[row, : 6 - len(words)] == 0)
+
+
+def test_empty_sentences_give_zero_rows(tiny_model, tokenizer):
+    with torch.no_grad():
+        empty = tiny_model(**tokenizer("", return_tensors="pt"))
+        mixed = tiny_model(**encode(tokenizer, [[], ["a", "b"]]))
+    assert empty.last_hidden_state.shape == (1, 0, tiny_model.config.hidden_size)
+    assert torch.all(mixed.last_hidden_state[0] == 0)
+
+
+def test_stateful_rows_carry_row_by_row(tiny_model, tokenizer):
+    first = encode(tokenizer, SENTENCES)
+    second = encode(tokenizer, [["again"], ["and", "again"]])
+    with torch.no_grad():
+        state = tiny_model(**first, output_lstm_state=True).lstm_state
+        assert state[0].shape == (4, 3, tiny_model.config.projection_dim)
+        assert state[1].shape == (4, 3, tiny_model.config.lstm_dim)
+        carried = tiny_model(**second, lstm_state=state, output_lstm_state=True)
+        # Row i continues from row i: the same as running row i alone from its own state.
+        for row in range(2):
+            alone = tiny_model(
+                input_ids=second["input_ids"][row : row + 1],
+                lstm_state=tuple(part[:, row : row + 1] for part in state),
+            )
+            words = int(second["attention_mask"][row].sum())
+            torch.testing.assert_close(
+                carried.last_hidden_state[row, :words], alone.last_hidden_state[0, :words], atol=1e-6, rtol=0
+            )
+        stateless = tiny_model(**second).last_hidden_state
+    assert not torch.allclose(carried.last_hidden_state, stateless)
+    # Rows beyond the smaller batch pass through unchanged, as in the original.
+    assert carried.lstm_state[0].shape[1] == 3
+    assert torch.equal(carried.lstm_state[0][:, 2], state[0][:, 2])
+    assert torch.equal(carried.lstm_state[1][:, 2], state[1][:, 2])
+    # The caller's state is not modified in place.
+    assert not torch.equal(carried.lstm_state[0][:, 0], state[0][:, 0])
+
+
+def test_missing_state_rows_start_from_zeros(tiny_model, tokenizer):
+    one = encode(tokenizer, SENTENCES[:1])
+    three = encode(tokenizer, SENTENCES)
+    with torch.no_grad():
+        state = tiny_model(**one, output_lstm_state=True).lstm_state
+        carried = tiny_model(**three, lstm_state=state).last_hidden_state
+        fresh = tiny_model(**three).last_hidden_state
+    torch.testing.assert_close(carried[1:], fresh[1:])
+    assert not torch.allclose(carried[0], fresh[0])
+
+
+def test_zero_state_equals_stateless(tiny_model, tokenizer):
+    inputs = encode(tokenizer, SENTENCES)
+    zeros = (torch.zeros(4, 3, 8), torch.zeros(4, 3, 16))
+    with torch.no_grad():
+        assert torch.equal(tiny_model(**inputs, lstm_state=zeros).last_hidden_state, tiny_model(**inputs).last_hidden_state)
+
+
+def test_lstm_with_projection_matches_a_plain_cell():
+    """The scan over a length-sorted batch against a step-by-step loop per row."""
+    torch.manual_seed(0)
+    lstm_dim, projection_dim, steps = 5, 3, 4
+    gate_inputs = torch.randn(3, steps, 4 * lstm_dim)
+    weight, bias = torch.randn(4 * lstm_dim, projection_dim), torch.randn(4 * lstm_dim)
+    projection = torch.randn(projection_dim, lstm_dim)
+    initial = (torch.randn(3, projection_dim), torch.randn(3, lstm_dim))
+    lengths = [4, 2, 1]
+    outputs, (hidden, cell) = lstm_with_projection(gate_inputs, [3, 2, 1, 1], weight, bias, projection, initial, 0.5, 0.7)
+    for row, length in enumerate(lengths):
+        h, c = initial[0][row], initial[1][row]
+        for step in range(length):
+            i, f, g, o = (gate_inputs[row, step] + weight @ h + bias).chunk(4)
+            c = (torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)).clamp(-0.5, 0.5)
+            h = (projection @ (torch.sigmoid(o) * torch.tanh(c))).clamp(-0.7, 0.7)
+            torch.testing.assert_close(outputs[row, step], h)
+        assert torch.all(outputs[row, length:] == 0)
+        torch.testing.assert_close(hidden[row], h)
+        torch.testing.assert_close(cell[row], c)
+
+
+def test_skip_connections_and_clips_follow_the_config(tokenizer):
+    inputs = encode(tokenizer, SENTENCES)
+    outputs = {}
+    for skip in (True, False):
+        torch.manual_seed(0)
+        model = ElmoModel(tiny_config(use_skip_connections=skip, cell_clip=None, projection_clip=0.01)).eval()
+        with torch.no_grad():
+            outputs[skip] = model(**inputs, output_hidden_states=True).hidden_states
+    assert outputs[False][2].abs().max() <= 0.01 + 1e-7
+    # With the residual, layer 2 = its clipped LSTM output + layer 1.
+    assert (outputs[True][2] - outputs[True][1]).abs().max() <= 0.01 + 1e-6
+    torch.testing.assert_close(outputs[True][1], outputs[False][1])
+
+
+def test_gradients_reach_every_parameter(tokenizer):
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config()).train()
+    outputs = model(**encode(tokenizer, SENTENCES), output_hidden_states=True)
+    sum(layer.pow(2).sum() for layer in outputs.hidden_states).backward()
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+
+
+def test_fresh_model_initialisation():
+    model = ElmoModel(tiny_config())
+    assert torch.all(model.token_encoder.char_embeddings.weight[0] == 0)
+    assert model.token_encoder.char_embeddings.weight[1:].std() > 0
+
+
+def test_save_and_load_round_trip(tiny_model, tokenizer, tmp_path):
+    from transformers import AutoModel
+
+    tiny_model.save_pretrained(tmp_path)
+    reloaded = AutoModel.from_pretrained(tmp_path).eval()
+    assert type(reloaded) is ElmoModel
+    inputs = encode(tokenizer, SENTENCES)
+    with torch.no_grad():
+        assert torch.equal(reloaded(**inputs).last_hidden_state, tiny_model(**inputs).last_hidden_state)
+    assert reloaded.config.filters == tiny_model.config.filters
+
+
+@pytest.mark.parametrize(
+    ("make_inputs", "error", "message"),
+    [
+        (lambda ids, mask: dict(input_ids=ids.tolist()), TypeError, "must be a torch.Tensor"),
+        (lambda ids, mask: dict(input_ids=ids.float()), TypeError, "integer character ids"),
+        (lambda ids, mask: dict(input_ids=ids[0]), ValueError, "must have shape"),
+        (lambda ids, mask: dict(input_ids=ids[..., :20]), ValueError, "max_characters_per_token=50"),
+        (lambda ids, mask: dict(input_ids=ids + 300), ValueError, "outside 0..261"),
+        (lambda ids, mask: dict(input_ids=ids - 5), ValueError, "outside 0..261"),
+        (lambda ids, mask: dict(input_ids=ids, attention_mask=mask[:, :2]), ValueError, "attention_mask must have"),
+        (lambda ids, mask: dict(input_ids=ids, attention_mask=torch.ones_like(mask)), ValueError, "padding row"),
+        (lambda ids, mask: dict(input_ids=ids[:0]), ValueError, "empty batch"),
+        (lambda ids, mask: dict(), ValueError, "needs input_ids"),
+        (lambda ids, mask: dict(input_ids=ids, lstm_state=torch.zeros(3)), TypeError, "lstm_state"),
+        (
+            lambda ids, mask: dict(input_ids=ids, lstm_state=(torch.zeros(4, 3, 8), torch.zeros(4, 3, 9))),
+            ValueError,
+            r"lstm_state c must have shape \(4, batch_size, 16\)",
+        ),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(tiny_model, tokenizer, make_inputs, error, message):
+    inputs = encode(tokenizer, SENTENCES)
+    with pytest.raises(error, match=message):
+        tiny_model(**make_inputs(inputs["input_ids"], inputs["attention_mask"]))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("activation", "gelu", "activation must be one of"),
+        ("projection_dim", 0, "projection_dim must be a positive integer"),
+        ("filters", [[60, 4]], "wider than max_characters_per_token"),
+        ("filters", [[2]], r"\[width, num_filters\]"),
+        ("cell_clip", -1.0, "cell_clip must be positive or None"),
+        ("max_characters_per_token", 2, "at least 3"),
+        ("lstm_dim", "big", "lstm_dim"),
+    ],
+)
+def test_config_validation_names_the_field(field, value, message):
+    with pytest.raises(Exception, match=message):
+        ElmoConfig(**{field: value})
+
+
+def test_config_hidden_size_and_aliases():
+    config = ElmoConfig()
+    assert config.hidden_size == 1024 and config.num_filters == 2048
+    assert config.vocab_size == 262 and config.num_hidden_layers == 2
