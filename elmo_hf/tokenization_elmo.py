@@ -1,0 +1,506 @@
+# Copyright 2026 The elmo-hf Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Character-level tokenizer for ELMo: one row of UTF-8 byte ids per word."""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tokenizers import AddedToken, pre_tokenizers
+from transformers import BatchEncoding, PreTrainedTokenizer
+from transformers.tokenization_utils_base import TruncationStrategy
+from transformers.utils import PaddingStrategy, TensorType, to_py_obj
+
+# Character ids as the model sees them: the original ids shifted by +1, so that 0 is free for padding words.
+PADDING_CHAR_ID = 0
+BEGIN_SENTENCE_CHAR_ID = 257
+END_SENTENCE_CHAR_ID = 258
+BEGIN_WORD_CHAR_ID = 259
+END_WORD_CHAR_ID = 260
+PADDING_WITHIN_WORD_CHAR_ID = 261
+CHAR_VOCAB_SIZE = 262
+
+BEGIN_SENTENCE_TOKEN = "<S>"
+END_SENTENCE_TOKEN = "</S>"
+
+# Names of the word-structure characters in the character vocabulary (bytes are named by `chr(byte)`).
+_NAMED_CHARS = {"<bow>": BEGIN_WORD_CHAR_ID, "<eow>": END_WORD_CHAR_ID, "<char_pad>": PADDING_WITHIN_WORD_CHAR_ID}
+_NAMED_CHAR_IDS = {char_id: name for name, char_id in _NAMED_CHARS.items()}
+
+
+def _check_max_characters_per_token(max_characters_per_token: int) -> None:
+    """Raise unless a row can hold the begin-word, one character and the end-word ids."""
+    if not isinstance(max_characters_per_token, int) or max_characters_per_token < 3:
+        raise ValueError(
+            f"max_characters_per_token must be an int >= 3 (begin-word, one character, end-word), got "
+            f"{max_characters_per_token!r}; the released ELMo models use 50."
+        )
+
+
+def word_to_char_ids(word: str, max_characters_per_token: int = 50) -> list[int]:
+    """
+    Map one word to its `max_characters_per_token` character ids, exactly as the original ELMo does.
+
+    The word's UTF-8 bytes are cut to `max_characters_per_token - 2` (possibly inside a multi-byte character), framed
+    by the begin-word and end-word ids and padded with the within-word padding id. The literal tokens `"<S>"` and
+    `"</S>"` become the sentence-boundary rows.
+    """
+    _check_max_characters_per_token(max_characters_per_token)
+    if word == BEGIN_SENTENCE_TOKEN:
+        chars = [BEGIN_SENTENCE_CHAR_ID]
+    elif word == END_SENTENCE_TOKEN:
+        chars = [END_SENTENCE_CHAR_ID]
+    else:
+        chars = [byte + 1 for byte in word.encode("utf-8", "ignore")[: max_characters_per_token - 2]]
+    row = [BEGIN_WORD_CHAR_ID, *chars, END_WORD_CHAR_ID]
+    return row + [PADDING_WITHIN_WORD_CHAR_ID] * (max_characters_per_token - len(row))
+
+
+def _scalar_depth(value: Any) -> int | None:
+    """Number of axes above the scalars of a nested list or tensor, or `None` if it holds no scalar at all."""
+    depth = 0
+    while isinstance(value, (list, tuple)):
+        depth += 1
+        value = next((item for item in value if not isinstance(item, (list, tuple)) or item), None)
+        if value is None:
+            return None
+    return depth + getattr(value, "ndim", 0)
+
+
+class ElmoBatchEncoding(BatchEncoding):
+    """A [`BatchEncoding`] that remembers which input word each row holds, so `word_ids()` works."""
+
+    def __init__(
+        self,
+        data: dict[str, Any],
+        word_ids: list[list[int | None]],
+        tensor_type: str | TensorType | None = None,
+        prepend_batch_axis: bool = False,
+    ):
+        self._word_ids = word_ids
+        super().__init__(data, tensor_type=tensor_type, prepend_batch_axis=prepend_batch_axis)
+
+    def word_ids(self, batch_index: int = 0) -> list[int | None]:
+        """Index of the input word in each row of example `batch_index`; `None` for padding and `<S>`/`</S>` rows."""
+        return list(self._word_ids[batch_index])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "word_ids": self._word_ids}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._word_ids = state["word_ids"]
+
+
+class ElmoTokenizer(PreTrainedTokenizer):
+    """
+    Construct an ELMo tokenizer: text is split into words, and each word becomes one row of
+    `max_characters_per_token` character ids (its UTF-8 bytes + 1, framed by begin-word 259 and end-word 260, padded
+    with 261), as in [Peters et al. (2018)](https://huggingface.co/papers/1802.05365). `input_ids` therefore have
+    shape `(batch_size, sequence_length, max_characters_per_token)`, and `attention_mask` `(batch_size,
+    sequence_length)`. A padding word is a row of zeros, so `pad_token_id == 0`. The integer ids form a character
+    vocabulary of 262 entries: the 256 bytes (named `chr(byte)`), `<bow>`, `<eow>`, `<char_pad>` and the special
+    tokens `pad_token` (0), `bos_token` (257) and `eos_token` (258).
+
+    Raw text is split with a `tokenizers` pre-tokenizer. By default (`split_punctuation=True`) it is
+    `BertPreTokenizer`: split on whitespace and isolate every punctuation character, because the 1B Word Benchmark
+    text the released models were trained on has punctuation split off (`"world!"` is two words there). The cost is
+    that contractions, decimals and abbreviations are split further than in that data (`"don't"` → `don ' t`,
+    `"3.5"` → `3 . 5`); for exact fidelity pass words that were split the same way as the training data, with
+    `is_split_into_words=True`. Non-ASCII text is kept intact: `café`, emoji and CJK runs stay single words, and
+    offsets count Python `str` characters. `split_punctuation=False` splits on whitespace only.
+
+    The model adds the sentence boundaries `<S>`/`</S>` itself, so by default there is one row per input word, and
+    labels, `word_ids()` and `special_tokens_mask` line up with the words. Only the literal words `"<S>"` and `"</S>"`
+    map to the boundary rows, as in the original (raw text split at punctuation never yields them).
+
+    Args:
+        bos_token (`str`, *optional*, defaults to `"<S>"`):
+            Name of the begin-sentence id 257.
+        eos_token (`str`, *optional*, defaults to `"</S>"`):
+            Name of the end-sentence id 258.
+        pad_token (`str`, *optional*, defaults to `"<pad>"`):
+            Name of the padding id 0 (a padding word is a row of zeros).
+        max_characters_per_token (`int`, *optional*, defaults to 50):
+            Length of a word's row; longer words keep their first `max_characters_per_token - 2` bytes.
+        split_punctuation (`bool`, *optional*, defaults to `True`):
+            Whether raw text is also split at punctuation (see above), or at whitespace only.
+        add_bos_eos (`bool`, *optional*, defaults to `False`):
+            Whether to add the `<S>` and `</S>` rows, for models that do not add them themselves (bilm-tf style).
+    """
+
+    model_input_names = ["input_ids", "attention_mask"]
+
+    def __init__(
+        self,
+        bos_token: str | AddedToken = BEGIN_SENTENCE_TOKEN,
+        eos_token: str | AddedToken = END_SENTENCE_TOKEN,
+        pad_token: str | AddedToken = "<pad>",
+        max_characters_per_token: int = 50,
+        split_punctuation: bool = True,
+        add_bos_eos: bool = False,
+        **kwargs,
+    ):
+        _check_max_characters_per_token(max_characters_per_token)
+        self.max_characters_per_token = max_characters_per_token
+        self.split_punctuation = split_punctuation
+        self.add_bos_eos = add_bos_eos
+        self._pre_tokenizer = (
+            pre_tokenizers.BertPreTokenizer() if split_punctuation else pre_tokenizers.WhitespaceSplit()
+        )
+        # Pin the special tokens to their character ids before the base class would append them after the vocabulary.
+        self._added_tokens_decoder = {
+            PADDING_CHAR_ID: _special_token(pad_token),
+            BEGIN_SENTENCE_CHAR_ID: _special_token(bos_token),
+            END_SENTENCE_CHAR_ID: _special_token(eos_token),
+        }
+        super().__init__(
+            bos_token=bos_token,
+            eos_token=eos_token,
+            pad_token=pad_token,
+            max_characters_per_token=max_characters_per_token,
+            split_punctuation=split_punctuation,
+            add_bos_eos=add_bos_eos,
+            **kwargs,
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return CHAR_VOCAB_SIZE
+
+    def get_vocab(self) -> dict[str, int]:
+        vocab = {chr(byte): byte + 1 for byte in range(256)}
+        vocab.update(_NAMED_CHARS)
+        vocab.update(self._added_tokens_encoder)
+        return vocab
+
+    def _convert_token_to_id(self, token: str) -> int:
+        """Id of one entry of the character vocabulary (a byte as `chr(byte)`, or `<bow>`/`<eow>`/`<char_pad>`)."""
+        if token in _NAMED_CHARS:
+            return _NAMED_CHARS[token]
+        if len(token) == 1 and ord(token) < 256:
+            return ord(token) + 1
+        raise ValueError(
+            f"{token!r} is not in the ELMo character vocabulary (bytes as `chr(byte)`, <bow>, <eow>, <char_pad>); "
+            "to encode words call the tokenizer or use `word_to_char_ids`."
+        )
+
+    def _convert_id_to_token(self, index: int) -> str:
+        if 1 <= index <= 256:
+            return chr(index - 1)
+        if index in _NAMED_CHAR_IDS:
+            return _NAMED_CHAR_IDS[index]
+        raise ValueError(f"Character id {index} is outside the ELMo character vocabulary [0, {CHAR_VOCAB_SIZE}).")
+
+    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
+        """The vocabulary is fixed (bytes), so there is no file to save."""
+        return ()
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        return 2 if self.add_bos_eos else 0
+
+    def _split_words(self, text: str) -> list[tuple[str, tuple[int, int]]]:
+        """Split raw text into words with their `(start, end)` character offsets in `text`."""
+        return self._pre_tokenizer.pre_tokenize_str(text)
+
+    def tokenize(self, text: str, **kwargs) -> list[str]:
+        """Split raw text into the words that become rows of `input_ids`."""
+        if not isinstance(text, str):
+            raise TypeError(f"tokenize expects a str, got {type(text).__name__}.")
+        return [word for word, _ in self._split_words(text)]
+
+    def _row_to_word(self, char_ids: Sequence[int]) -> str:
+        """Recover the word of one row; bytes cut inside a character decode to U+FFFD."""
+        char_ids = [int(char_id) for char_id in char_ids]
+        if not any(char_ids):
+            return str(self.pad_token)
+        if BEGIN_SENTENCE_CHAR_ID in char_ids:
+            return str(self.bos_token)
+        if END_SENTENCE_CHAR_ID in char_ids:
+            return str(self.eos_token)
+        return bytes(char_id - 1 for char_id in char_ids if 1 <= char_id <= 256).decode("utf-8", errors="replace")
+
+    def convert_ids_to_tokens(self, ids: Any, skip_special_tokens: bool = False) -> str | list:
+        """
+        Convert ids back to strings: a character id to its vocabulary entry, a row to its word, a
+        `(sequence_length, max_characters_per_token)` matrix to its words (without padding and `<S>`/`</S>` if
+        `skip_special_tokens`), and a batch of those to a list of word lists.
+        """
+        ids = to_py_obj(ids)
+        if isinstance(ids, int):
+            return super().convert_ids_to_tokens(ids, skip_special_tokens=skip_special_tokens)
+        depth = _scalar_depth(ids)
+        if depth is None:  # a sentence without words, or a batch of those
+            return [[] for _ in ids]
+        if depth == 1:
+            return self._row_to_word(ids)
+        if depth == 2:
+            words = [self._row_to_word(row) for row in ids]
+            if skip_special_tokens:
+                special = set(self.all_special_tokens)
+                words = [word for word in words if word not in special]
+            return words
+        return [self.convert_ids_to_tokens(sequence, skip_special_tokens=skip_special_tokens) for sequence in ids]
+
+    def decode(self, token_ids: Any, skip_special_tokens: bool = False, **kwargs) -> str | list[str]:
+        """Decode a row to its word, a sentence's rows to its space-joined words, and a batch to a list of those."""
+        token_ids = to_py_obj(token_ids)
+        depth = _scalar_depth(token_ids)
+        if depth == 3 or (depth is None and token_ids):  # rows are never empty: nested empty lists are a batch
+            return [
+                self._decode(sequence, skip_special_tokens=skip_special_tokens, **kwargs) for sequence in token_ids
+            ]
+        return self._decode(token_ids, skip_special_tokens=skip_special_tokens, **kwargs)
+
+    def _split_example(
+        self, example: Any, example_index: int, is_split_into_words: bool
+    ) -> tuple[list[str], list[tuple[int, int]]]:
+        """Words of one example and their character offsets (in `" ".join(words)` for pre-split words)."""
+        if not is_split_into_words:
+            spans = self._split_words(example)
+            return [word for word, _ in spans], [offsets for _, offsets in spans]
+        if not isinstance(example, (list, tuple)):
+            raise TypeError(
+                f"With is_split_into_words=True, example {example_index} must be a list of words (str), got "
+                f"{type(example).__name__}."
+            )
+        offsets = []
+        start = 0
+        for word_index, word in enumerate(example):
+            if not isinstance(word, str):
+                raise TypeError(
+                    f"Word {word_index} of example {example_index} is {type(word).__name__}, expected str; convert "
+                    "every word to a string before tokenizing."
+                )
+            offsets.append((start, start + len(word)))
+            start += len(word) + 1
+        return list(example), offsets
+
+    def _encode_example(
+        self,
+        example: Any,
+        example_index: int,
+        is_split_into_words: bool,
+        add_special_tokens: bool,
+        truncation_strategy: TruncationStrategy,
+        max_length: int | None,
+    ) -> tuple[dict[str, list], list[int | None]]:
+        """Rows, special-token mask and offsets of one example (unpadded), and the word index of each row."""
+        words, offsets = self._split_example(example, example_index, is_split_into_words)
+        word_ids: list[int | None] = list(range(len(words)))
+        add_boundaries = add_special_tokens and self.add_bos_eos
+        if truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None:
+            keep = max(max_length - (2 if add_boundaries else 0), 0)
+            kept = slice(max(len(words) - keep, 0), None) if self.truncation_side == "left" else slice(keep)
+            words, offsets, word_ids = words[kept], offsets[kept], word_ids[kept]
+        rows = [word_to_char_ids(word, self.max_characters_per_token) for word in words]
+        special_tokens_mask = [0] * len(rows)
+        if add_boundaries:
+            rows = [
+                word_to_char_ids(BEGIN_SENTENCE_TOKEN, self.max_characters_per_token),
+                *rows,
+                word_to_char_ids(END_SENTENCE_TOKEN, self.max_characters_per_token),
+            ]
+            offsets = [(0, 0), *offsets, (0, 0)]
+            word_ids = [None, *word_ids, None]
+            special_tokens_mask = [1, *special_tokens_mask, 1]
+        features = {"input_ids": rows, "special_tokens_mask": special_tokens_mask, "offset_mapping": offsets}
+        return features, word_ids
+
+    def _encode_plus(
+        self,
+        text: Any,
+        text_pair: Any = None,
+        add_special_tokens: bool = True,
+        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
+        truncation_strategy: TruncationStrategy = TruncationStrategy.DO_NOT_TRUNCATE,
+        max_length: int | None = None,
+        stride: int = 0,
+        is_split_into_words: bool = False,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_tensors: str | TensorType | None = None,
+        return_token_type_ids: bool | None = None,
+        return_attention_mask: bool | None = None,
+        return_overflowing_tokens: bool = False,
+        return_special_tokens_mask: bool = False,
+        return_offsets_mapping: bool = False,
+        return_length: bool = False,
+        verbose: bool = True,
+        **kwargs,
+    ) -> ElmoBatchEncoding:
+        """Encode one example or a batch into rows of character ids; called by `__call__` and `encode`."""
+        if text_pair is not None:
+            raise ValueError(
+                "ElmoTokenizer encodes single sentences, but text_pair was given; ELMo has no sentence-pair input, "
+                "so encode each sentence separately."
+            )
+        if return_overflowing_tokens:
+            raise ValueError("return_overflowing_tokens is not supported: ELMo reads sentences of any length.")
+        if return_token_type_ids:
+            raise ValueError("return_token_type_ids is not supported: ELMo has no token type ids.")
+        is_batched = self._is_batched(text, is_split_into_words)
+        examples = text if is_batched else [text]
+
+        batch: dict[str, list] = {"input_ids": [], "special_tokens_mask": [], "offset_mapping": []}
+        word_ids = []
+        for example_index, example in enumerate(examples):
+            features, example_word_ids = self._encode_example(
+                example, example_index, is_split_into_words, add_special_tokens, truncation_strategy, max_length
+            )
+            for key, value in features.items():
+                batch[key].append(value)
+            word_ids.append(example_word_ids)
+        if not return_special_tokens_mask:
+            del batch["special_tokens_mask"]
+        if not return_offsets_mapping:
+            del batch["offset_mapping"]
+        if return_length:
+            batch["length"] = [len(rows) for rows in batch["input_ids"]]
+
+        if return_attention_mask is None:
+            return_attention_mask = "attention_mask" in self.model_input_names
+        batch = super().pad(
+            batch,
+            padding=padding_strategy,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_attention_mask=return_attention_mask,
+        )
+        side = padding_side or self.padding_side
+        for example_index, rows in enumerate(batch["input_ids"]):
+            padding = [None] * (len(rows) - len(word_ids[example_index]))
+            word_ids[example_index] = (
+                word_ids[example_index] + padding if side == "right" else padding + word_ids[example_index]
+            )
+
+        data = dict(batch) if is_batched else {key: value[0] for key, value in batch.items()}
+        encoding = ElmoBatchEncoding(
+            data, word_ids=word_ids, tensor_type=return_tensors, prepend_batch_axis=not is_batched
+        )
+        if return_tensors is not None:
+            _restore_empty_axes(encoding, self.max_characters_per_token)
+        return encoding
+
+    @staticmethod
+    def _is_batched(text: Any, is_split_into_words: bool) -> bool:
+        """Whether `text` is a batch of examples, raising `TypeError` for inputs that are neither form."""
+        if isinstance(text, str):
+            if is_split_into_words:
+                raise TypeError(
+                    "With is_split_into_words=True, pass a list of words (or a batch of word lists), got a str; "
+                    "drop is_split_into_words to split raw text."
+                )
+            return False
+        if not isinstance(text, (list, tuple)):
+            raise TypeError(
+                "ElmoTokenizer expects a str, a list of str, or with is_split_into_words=True a list of words or a "
+                f"list of word lists; got {type(text).__name__}."
+            )
+        if is_split_into_words:
+            return len(text) > 0 and isinstance(text[0], (list, tuple))
+        for example_index, example in enumerate(text):
+            if not isinstance(example, str):
+                raise TypeError(
+                    f"Example {example_index} is {type(example).__name__}, expected str; to pass words that are "
+                    "already split, use is_split_into_words=True."
+                )
+        return True
+
+    def pad(
+        self,
+        encoded_inputs: BatchEncoding | Mapping | Sequence[Mapping],
+        padding: bool | str | PaddingStrategy = True,
+        max_length: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+        return_tensors: str | TensorType | None = None,
+        verbose: bool = True,
+    ) -> BatchEncoding:
+        """
+        Pad one example or a batch (dicts, a list of dicts, lists or tensors) with padding words; see
+        [`~PreTrainedTokenizerBase.pad`]. `max_length` counts words.
+        """
+        pad_kwargs = {
+            "padding": padding,
+            "max_length": max_length,
+            "pad_to_multiple_of": pad_to_multiple_of,
+            "padding_side": padding_side,
+            "return_attention_mask": return_attention_mask,
+            "return_tensors": return_tensors,
+            "verbose": verbose,
+        }
+        # One example has 2-D `input_ids`, which the base class would take for a batch of 1-D sequences.
+        if isinstance(encoded_inputs, Mapping) and _scalar_depth(encoded_inputs.get("input_ids")) == 2:
+            padded = super().pad({key: [value] for key, value in encoded_inputs.items()}, **pad_kwargs)
+            return BatchEncoding({key: value[0] for key, value in padded.items()})
+        return super().pad(encoded_inputs, **pad_kwargs)
+
+    def _pad(
+        self,
+        encoded_inputs: dict[str, Any] | BatchEncoding,
+        max_length: int | None = None,
+        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+    ) -> dict:
+        """Pad one example with whole padding words: a row of zeros in `input_ids`, 0 in `attention_mask`."""
+        if return_attention_mask is None:
+            return_attention_mask = "attention_mask" in self.model_input_names
+        rows = encoded_inputs["input_ids"]
+        if return_attention_mask and "attention_mask" not in encoded_inputs:
+            encoded_inputs["attention_mask"] = [1] * len(rows)
+        if padding_strategy == PaddingStrategy.LONGEST:
+            max_length = len(rows)
+        if max_length is not None and pad_to_multiple_of is not None and max_length % pad_to_multiple_of:
+            max_length = (max_length // pad_to_multiple_of + 1) * pad_to_multiple_of
+        if padding_strategy == PaddingStrategy.DO_NOT_PAD or len(rows) >= max_length:
+            return encoded_inputs
+
+        padding_side = padding_side or self.padding_side
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
+        num_padding = max_length - len(rows)
+        width = len(rows[0]) if rows else self.max_characters_per_token
+        fills = {
+            "input_ids": [[PADDING_CHAR_ID] * width for _ in range(num_padding)],
+            "attention_mask": [0] * num_padding,
+            "special_tokens_mask": [1] * num_padding,
+            "offset_mapping": [(0, 0)] * num_padding,
+        }
+        for key, fill in fills.items():
+            if key in encoded_inputs:
+                value = list(encoded_inputs[key])
+                encoded_inputs[key] = value + fill if padding_side == "right" else fill + value
+        return encoded_inputs
+
+
+def _special_token(token: str | AddedToken) -> AddedToken:
+    """A special token matched verbatim (no stripping or normalisation)."""
+    if isinstance(token, AddedToken):
+        return token
+    return AddedToken(token, lstrip=False, rstrip=False, normalized=False, special=True)
+
+
+def _restore_empty_axes(encoding: BatchEncoding, max_characters_per_token: int) -> None:
+    """Give tensors of examples without words their trailing axes, e.g. `input_ids` `(1, 0)` -> `(1, 0, 50)`."""
+    for key, width in (("input_ids", max_characters_per_token), ("offset_mapping", 2)):
+        value = encoding.get(key)
+        if value is not None and value.ndim < 3 and 0 in value.shape:
+            encoding[key] = value.reshape(value.shape[0], 0, width)
+
+
+__all__ = ["ElmoTokenizer"]

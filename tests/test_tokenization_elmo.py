@@ -1,0 +1,350 @@
+"""Tests for the ELMo character tokenizer: exact ids, batching, offsets, padding, collators, save/load, errors."""
+
+import pickle
+
+import pytest
+import torch
+from transformers import AutoTokenizer, DataCollatorForTokenClassification, DataCollatorWithPadding
+
+import elmo_hf
+from elmo_hf.tokenization_elmo import (
+    BEGIN_SENTENCE_CHAR_ID,
+    BEGIN_SENTENCE_TOKEN,
+    BEGIN_WORD_CHAR_ID,
+    CHAR_VOCAB_SIZE,
+    END_SENTENCE_CHAR_ID,
+    END_SENTENCE_TOKEN,
+    END_WORD_CHAR_ID,
+    PADDING_CHAR_ID,
+    PADDING_WITHIN_WORD_CHAR_ID,
+    ElmoTokenizer,
+    word_to_char_ids,
+)
+
+PAD_ROW = [0] * 50
+
+
+def padded(ids: list[int]) -> list[int]:
+    """A row of 50 ids: `ids` then within-word padding."""
+    return ids + [261] * (50 - len(ids))
+
+
+# Exact ids, checked by hand against the original mapping (UTF-8 bytes + 1 between 259 and 260).
+@pytest.mark.parametrize(
+    ("word", "expected"),
+    [
+        ("hello", padded([259, 105, 102, 109, 109, 112, 260])),
+        ("café", padded([259, 100, 98, 103, 0xC3 + 1, 0xA9 + 1, 260])),
+        ("😀", padded([259, 0xF0 + 1, 0x9F + 1, 0x98 + 1, 0x80 + 1, 260])),
+        ("", padded([259, 260])),
+        ("<S>", padded([259, 257, 260])),
+        ("</S>", padded([259, 258, 260])),
+        ("<s>", padded([259, 61, 116, 63, 260])),
+    ],
+)
+def test_word_to_char_ids(word, expected):
+    assert word_to_char_ids(word) == expected
+
+
+def test_constants_match_the_original_shifted_ids():
+    assert (PADDING_CHAR_ID, BEGIN_SENTENCE_CHAR_ID, END_SENTENCE_CHAR_ID) == (0, 257, 258)
+    assert (BEGIN_WORD_CHAR_ID, END_WORD_CHAR_ID, PADDING_WITHIN_WORD_CHAR_ID, CHAR_VOCAB_SIZE) == (259, 260, 261, 262)
+    assert (BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN) == ("<S>", "</S>")
+
+
+def test_long_word_keeps_48_bytes_and_may_cut_a_character(tokenizer):
+    ascii_word = "a" * 60
+    assert word_to_char_ids(ascii_word) == [259] + [98] * 48 + [260]
+    # 1 + 2 * 30 = 61 bytes: the 48th byte is the first half of the 24th "é".
+    cut_word = "x" + "é" * 30
+    row = word_to_char_ids(cut_word)
+    assert row == [259, 121] + [0xC3 + 1, 0xA9 + 1] * 23 + [0xC3 + 1, 260]
+    assert tokenizer.decode(row) == "x" + "é" * 23 + "\ufffd"
+
+
+def test_max_characters_per_token_sets_the_row_length():
+    assert word_to_char_ids("hello", 5) == [259, 105, 102, 109, 260]
+    assert word_to_char_ids("<S>", 3) == [259, 257, 260]
+    tokenizer = ElmoTokenizer(max_characters_per_token=8)
+    assert tokenizer(["hello", "world!"], padding=True, return_tensors="pt")["input_ids"].shape == (2, 2, 8)
+
+
+def test_vocabulary(tokenizer):
+    assert len(tokenizer) == tokenizer.vocab_size == 262
+    assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id) == (0, 257, 258)
+    vocab = tokenizer.get_vocab()
+    assert sorted(vocab.values()) == list(range(262))
+    assert tokenizer.convert_tokens_to_ids(["a", "<bow>", "<eow>", "<char_pad>"]) == [98, 259, 260, 261]
+    assert tokenizer.convert_ids_to_tokens([[98, 99]]) == ["ab"]
+    assert tokenizer.convert_ids_to_tokens(98) == "a"
+
+
+def test_pre_split_words(tokenizer):
+    encoding = tokenizer(["Hello", "café", "<S>", ""], is_split_into_words=True)
+    assert encoding["input_ids"] == [word_to_char_ids(word) for word in ["Hello", "café", "<S>", ""]]
+    assert encoding["attention_mask"] == [1, 1, 1, 1]
+    assert encoding.word_ids() == [0, 1, 2, 3]
+
+
+def test_empty_inputs_give_zero_rows(tokenizer):
+    assert tokenizer("")["input_ids"] == []
+    assert tokenizer("   \n")["input_ids"] == []
+    assert tokenizer([], is_split_into_words=True)["input_ids"] == []
+    for text, is_split in [("", False), ([], True)]:
+        encoding = tokenizer(text, is_split_into_words=is_split, return_tensors="pt", return_offsets_mapping=True)
+        assert encoding["input_ids"].shape == (1, 0, 50)
+        assert encoding["attention_mask"].shape == (1, 0)
+        assert encoding["offset_mapping"].shape == (1, 0, 2)
+        assert encoding.word_ids() == []
+    batch = tokenizer(["", "a b"], padding=True, return_tensors="pt")
+    assert batch["input_ids"].shape == (2, 2, 50)
+    assert batch["attention_mask"].tolist() == [[0, 0], [1, 1]]
+
+
+def test_batch_shapes_and_padding_rows(tokenizer):
+    words = [["The", "cat", "sat"], ["Hi"]]
+    encoding = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
+    assert encoding["input_ids"].dtype == torch.long
+    assert encoding["input_ids"].shape == (2, 3, 50)
+    assert encoding["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert encoding["input_ids"][1, 1:].eq(0).all()
+    assert encoding["input_ids"][1, 0].tolist() == word_to_char_ids("Hi")
+    assert encoding.word_ids(1) == [0, None, None]
+
+    single = tokenizer(["The", "cat"], is_split_into_words=True)
+    assert len(single["input_ids"]) == 2 and len(single["input_ids"][0]) == 50
+    assert tokenizer(["The", "cat"], is_split_into_words=True, return_tensors="pt")["input_ids"].shape == (1, 2, 50)
+
+    numpy_batch = tokenizer(
+        ["a b c", "d"], padding="max_length", max_length=4, pad_to_multiple_of=3, return_tensors="np"
+    )
+    assert numpy_batch["input_ids"].shape == (2, 6, 50)
+    assert tokenizer(["a b c", "d"], padding=True, return_length=True)["length"] == [3, 1]
+    assert tokenizer.encode("a b", return_tensors="pt").shape == (1, 2, 50)
+
+
+def test_raw_text_offsets_and_word_ids_with_punctuation_and_non_ascii(tokenizer):
+    text = "Hello, wörld! 😀👍🏽 北京欢迎你 «naïve» don't"
+    encoding = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    words = ["Hello", ",", "wörld", "!", "😀👍🏽", "北京欢迎你", "«", "naïve", "»", "don", "'", "t"]
+    # Offsets count Python str characters (the emoji with a skin tone is 3 code points), not UTF-8 bytes.
+    assert [text[start:end] for start, end in encoding["offset_mapping"]] == words
+    assert encoding["offset_mapping"][4] == (14, 17)
+    assert encoding["input_ids"] == [word_to_char_ids(word) for word in words]
+    assert encoding.word_ids() == list(range(len(words)))
+    assert encoding["special_tokens_mask"] == [0] * len(words)
+    assert tokenizer.tokenize(text) == words
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("a\u00a0b\u2003c\td\ne", ["a", "b", "c", "d", "e"]),  # Unicode whitespace splits
+        ("a\u200bb", ["a\u200bb"]),  # a zero-width space is not whitespace
+        ("€5 $5 a+b", ["€5", "$", "5", "a", "+", "b"]),  # every ASCII symbol is isolated, non-ASCII symbols are not
+        ("e\u0301t\u00e9 — ok", ["e\u0301t\u00e9", "—", "ok"]),  # combining marks stay, Unicode dashes split
+        ("<S> hi </S>", ["<", "S", ">", "hi", "<", "/", "S", ">"]),  # raw text has no special words
+    ],
+)
+def test_default_splitting_of_unicode_and_symbols(tokenizer, text, words):
+    assert tokenizer.tokenize(text) == words
+
+
+def test_whitespace_only_splitting_is_persisted(tmp_path):
+    tokenizer = ElmoTokenizer(split_punctuation=False, max_characters_per_token=20)
+    assert tokenizer.tokenize("Hello, world! don't\tgo") == ["Hello,", "world!", "don't", "go"]
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = ElmoTokenizer.from_pretrained(tmp_path)
+    assert (reloaded.split_punctuation, reloaded.max_characters_per_token) == (False, 20)
+    assert reloaded.tokenize("Hello, world!") == ["Hello,", "world!"]
+
+
+def test_pre_split_offsets_index_the_space_joined_words(tokenizer):
+    encoding = tokenizer([["New", "York", "!"]], is_split_into_words=True, return_offsets_mapping=True)
+    assert encoding["offset_mapping"] == [[(0, 3), (4, 8), (9, 10)]]
+
+
+def test_left_padding_word_ids_and_special_tokens_mask(tokenizer):
+    encoding = tokenizer(
+        ["a b c", "d"], padding=True, padding_side="left", return_special_tokens_mask=True, return_offsets_mapping=True
+    )
+    assert encoding["attention_mask"] == [[1, 1, 1], [0, 0, 1]]
+    assert encoding["special_tokens_mask"] == [[0, 0, 0], [1, 1, 0]]
+    assert encoding["input_ids"][1][:2] == [PAD_ROW, PAD_ROW]
+    assert encoding["offset_mapping"][1] == [(0, 0), (0, 0), (0, 1)]
+    assert encoding.word_ids(0) == [0, 1, 2]
+    assert encoding.word_ids(1) == [None, None, 0]
+
+
+def test_add_bos_eos_rows(tmp_path):
+    tokenizer = ElmoTokenizer(add_bos_eos=True)
+    encoding = tokenizer(["a b", "c"], padding=True, return_special_tokens_mask=True)
+    assert encoding["input_ids"][1] == [
+        word_to_char_ids("<S>"),
+        word_to_char_ids("c"),
+        word_to_char_ids("</S>"),
+        PAD_ROW,
+    ]
+    assert encoding.word_ids(1) == [None, 0, None, None]
+    assert encoding["special_tokens_mask"][1] == [1, 0, 1, 1]
+    assert tokenizer("a b", add_special_tokens=False)["input_ids"] == [word_to_char_ids("a"), word_to_char_ids("b")]
+    assert tokenizer.decode(encoding["input_ids"]) == ["<S> a b </S>", "<S> c </S> <pad>"]
+    tokenizer.save_pretrained(tmp_path)
+    assert ElmoTokenizer.from_pretrained(tmp_path).add_bos_eos is True
+
+
+def test_truncation_counts_words(tokenizer):
+    encoding = tokenizer("a b c d", truncation=True, max_length=2)
+    assert tokenizer.decode(encoding["input_ids"]) == "a b"
+    left = ElmoTokenizer(truncation_side="left")("a b c d", truncation=True, max_length=3)
+    assert left.word_ids() == [1, 2, 3]
+    with_boundaries = ElmoTokenizer(add_bos_eos=True)("a b c d", truncation=True, max_length=4)
+    assert with_boundaries.word_ids() == [None, 0, 1, None]
+
+
+def test_decode_and_convert_ids_to_tokens(tokenizer):
+    batch = tokenizer(["Hello, world", "café"], padding=True, return_tensors="pt")["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(batch[0, 0]) == "Hello"
+    assert tokenizer.convert_ids_to_tokens(batch[1]) == ["café", "<pad>", "<pad>"]
+    assert tokenizer.convert_ids_to_tokens(batch[1], skip_special_tokens=True) == ["café"]
+    assert tokenizer.decode(batch[0, 2]) == "world"
+    assert tokenizer.decode(batch[0]) == "Hello , world"
+    assert tokenizer.decode(batch) == ["Hello , world", "café <pad> <pad>"]
+    assert tokenizer.batch_decode(batch, skip_special_tokens=True) == ["Hello , world", "café"]
+    assert tokenizer.decode([word_to_char_ids("<S>"), word_to_char_ids("x")]) == "<S> x"
+    assert tokenizer.decode(tokenizer("", return_tensors="pt")["input_ids"]) == [""]
+
+
+def test_pad_single_batch_and_tensors(tokenizer):
+    single = tokenizer.pad(tokenizer("a b"), padding="max_length", max_length=4)
+    assert single["input_ids"][2:] == [PAD_ROW, PAD_ROW]
+    assert single["attention_mask"] == [1, 1, 0, 0]
+
+    examples = [tokenizer("a b c"), tokenizer("d")]
+    from_lists = tokenizer.pad(examples, return_tensors="pt")
+    assert from_lists["input_ids"].shape == (2, 3, 50)
+    assert from_lists["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+
+    tensor_examples = [{key: value[0] for key, value in tokenizer(text, return_tensors="pt").items()} for text in "ab"]
+    from_tensors = tokenizer.pad(tensor_examples, padding="max_length", max_length=2, padding_side="left")
+    assert isinstance(from_tensors["input_ids"], torch.Tensor)
+    assert from_tensors["input_ids"].shape == (2, 2, 50)
+    assert from_tensors["input_ids"][:, 0].eq(0).all()
+    assert tokenizer.pad(tensor_examples[0], padding="max_length", max_length=3)["input_ids"].shape == (3, 50)
+
+
+def test_data_collators(tokenizer):
+    features = [
+        {**tokenizer(words, is_split_into_words=True), "labels": labels}
+        for words, labels in [(["EU", "rejects", "German"], [3, 0, 7]), (["Peter"], [1])]
+    ]
+    batch = DataCollatorForTokenClassification(tokenizer)(features)
+    assert batch["input_ids"].shape == (2, 3, 50)
+    assert batch["input_ids"][1, 1:].eq(0).all()
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["labels"].tolist() == [[3, 0, 7], [1, -100, -100]]
+
+    features = [{**tokenizer(text), "label": label} for text, label in [("good film", 1), ("bad", 0)]]
+    batch = DataCollatorWithPadding(tokenizer)(features)
+    assert batch["input_ids"].shape == (2, 2, 50)
+    assert batch["attention_mask"].tolist() == [[1, 1], [1, 0]]
+    assert batch["labels"].tolist() == [1, 0]
+
+
+def test_save_and_auto_tokenizer_round_trip(tmp_path):
+    tokenizer = ElmoTokenizer(max_characters_per_token=30, padding_side="left")
+    tokenizer.save_pretrained(tmp_path)
+    assert elmo_hf.ElmoTokenizer is ElmoTokenizer
+    for reloaded in (ElmoTokenizer.from_pretrained(tmp_path), AutoTokenizer.from_pretrained(tmp_path)):
+        assert type(reloaded) is ElmoTokenizer
+        assert (reloaded.max_characters_per_token, reloaded.padding_side) == (30, "left")
+        assert (len(reloaded), reloaded.pad_token_id, reloaded.bos_token_id, reloaded.eos_token_id) == (
+            262,
+            0,
+            257,
+            258,
+        )
+        assert reloaded("Hi there")["input_ids"] == tokenizer("Hi there")["input_ids"]
+
+
+def test_pickle_keeps_the_splitter_and_word_ids(tokenizer):
+    reloaded = pickle.loads(pickle.dumps(tokenizer))
+    assert reloaded.tokenize("a, b") == ["a", ",", "b"]
+    encoding = pickle.loads(pickle.dumps(tokenizer(["a b", "c"], padding=True)))
+    assert encoding.word_ids(1) == [0, None]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        pytest.param(
+            lambda tok: tok([["a", 3]], is_split_into_words=True),
+            TypeError,
+            r"Word 1 of example 0 is int, expected str",
+            id="word-not-str",
+        ),
+        pytest.param(
+            lambda tok: tok(["a", None], is_split_into_words=True),
+            TypeError,
+            r"Word 1 of example 0 is NoneType",
+            id="unbatched-word-not-str",
+        ),
+        pytest.param(
+            lambda tok: tok([["a"], "b"], is_split_into_words=True),
+            TypeError,
+            r"example 1 must be a list of words",
+            id="example-not-word-list",
+        ),
+        pytest.param(
+            lambda tok: tok("a b", is_split_into_words=True),
+            TypeError,
+            r"pass a list of words.*got a str",
+            id="split-str",
+        ),
+        pytest.param(lambda tok: tok(3), TypeError, r"expects a str, a list of str.*got int", id="int-input"),
+        pytest.param(
+            lambda tok: tok(["a", ["b"]]),
+            TypeError,
+            r"Example 1 is list, expected str.*is_split_into_words=True",
+            id="word-list-without-split-flag",
+        ),
+        pytest.param(lambda tok: tok("a", "b"), ValueError, r"encodes single sentences", id="text-pair"),
+        pytest.param(
+            lambda tok: tok(["a"], text_pair=["b"]), ValueError, r"encodes single sentences", id="pair-batch"
+        ),
+        pytest.param(
+            lambda tok: tok("a", return_overflowing_tokens=True),
+            ValueError,
+            r"return_overflowing_tokens is not supported",
+            id="overflowing-tokens",
+        ),
+        pytest.param(
+            lambda tok: tok("a", return_token_type_ids=True), ValueError, r"no token type ids", id="token-type-ids"
+        ),
+        pytest.param(lambda tok: tok.tokenize(["a"]), TypeError, r"tokenize expects a str, got list", id="tokenize"),
+        pytest.param(
+            lambda tok: tok.convert_tokens_to_ids("hello"),
+            ValueError,
+            r"'hello' is not in the ELMo character vocabulary.*word_to_char_ids",
+            id="word-as-token",
+        ),
+        pytest.param(
+            lambda tok: tok.convert_ids_to_tokens(262), ValueError, r"Character id 262 is outside", id="bad-id"
+        ),
+        pytest.param(
+            lambda tok: ElmoTokenizer(max_characters_per_token=2),
+            ValueError,
+            r"max_characters_per_token must be an int >= 3 .*got 2",
+            id="init-max-characters",
+        ),
+        pytest.param(
+            lambda tok: word_to_char_ids("a", 0),
+            ValueError,
+            r"max_characters_per_token must be an int >= 3 .*got 0",
+            id="function-max-characters",
+        ),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(tokenizer, call, error, match):
+    with pytest.raises(error, match=match):
+        call(tokenizer)
