@@ -35,6 +35,22 @@ from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to
 LstmState = tuple[torch.Tensor, torch.Tensor]
 
 
+def word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """`(batch_size, sequence_length)` bool: the given attention mask, or the rows with any non-zero character id."""
+    return attention_mask.bool() if attention_mask is not None else (input_ids > 0).any(-1)
+
+
+def words_first_order(mask: torch.Tensor) -> torch.Tensor | None:
+    """Per row, the positions of its words in order, then its padding; `None` when every row is right-padded already.
+
+    Gathering with it moves left padding (or holes in the mask) behind the words; `order.argsort(1)` undoes it.
+    """
+    lengths = mask.sum(1, keepdim=True)
+    if bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths)).all()):
+        return None
+    return (~mask).to(torch.int8).argsort(dim=1, stable=True)
+
+
 def lstm_with_projection(
     gate_inputs: torch.Tensor,
     batch_sizes: list[int],
@@ -397,14 +413,13 @@ class ElmoModel(ElmoPreTrainedModel):
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        mask = attention_mask.bool() if attention_mask is not None else (input_ids > 0).any(-1)
+        mask = word_mask(input_ids, attention_mask)
         batch_size, sequence_length = mask.shape
         lengths = mask.sum(1)
 
         # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
-        gather_order = None
-        if not bool((mask == (torch.arange(sequence_length, device=mask.device) < lengths.unsqueeze(1))).all()):
-            gather_order = (~mask).to(torch.int8).argsort(dim=1, stable=True)
+        gather_order = words_first_order(mask)
+        if gather_order is not None:
             input_ids = input_ids.gather(1, gather_order.unsqueeze(-1).expand_as(input_ids))
             mask = mask.gather(1, gather_order)
 
@@ -425,9 +440,9 @@ class ElmoModel(ElmoPreTrainedModel):
         initial_state = self._initial_lstm_state(lstm_state, batch_size, tokens)
         layer_outputs, final_state = self.bilm(tokens, lengths + 2, initial_state)
 
-        word_mask = mask.unsqueeze(-1).to(tokens.dtype)
+        keep = mask.unsqueeze(-1).to(tokens.dtype)
         layers = [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
-        layers = [layer[:, 1 : sequence_length + 1] * word_mask for layer in layers]
+        layers = [layer[:, 1 : sequence_length + 1] * keep for layer in layers]
         if gather_order is not None:
             restore = gather_order.argsort(dim=1).unsqueeze(-1).expand(-1, -1, layers[0].shape[-1])
             layers = [layer.gather(1, restore) for layer in layers]
