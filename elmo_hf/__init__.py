@@ -13,21 +13,49 @@
 # limitations under the License.
 """ELMo for Hugging Face transformers; importing the package registers it with the Auto classes."""
 
-from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)
 
 from .configuration_elmo import ElmoConfig
-from .modeling_elmo import ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
+from .modeling_elmo import (
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoModelOutput,
+    ElmoPreTrainedModel,
+    ElmoScalarMix,
+)
 from .tokenization_elmo import ElmoTokenizer
 
-AutoConfig.register(ElmoConfig.model_type, ElmoConfig, exist_ok=True)
-AutoModel.register(ElmoConfig, ElmoModel, exist_ok=True)
-AutoTokenizer.register(ElmoConfig, tokenizer_class=ElmoTokenizer, exist_ok=True)
+AUTO_CLASSES = {
+    AutoModel: ElmoModel,
+    AutoModelForTokenClassification: ElmoForTokenClassification,
+    AutoModelForSequenceClassification: ElmoForSequenceClassification,
+}
 
-# Saved folders carry these files and name them in `auto_map`, so they also load with `trust_remote_code=True`.
+AutoConfig.register(ElmoConfig.model_type, ElmoConfig, exist_ok=True)
+AutoTokenizer.register(ElmoConfig, tokenizer_class=ElmoTokenizer, exist_ok=True)
+# Saved folders carry the model files and name them in `auto_map`, so they also load with `trust_remote_code=True`.
 ElmoConfig.register_for_auto_class()
-ElmoModel.register_for_auto_class("AutoModel")
 ElmoTokenizer.register_for_auto_class()
+for auto_class, model_class in AUTO_CLASSES.items():
+    auto_class.register(ElmoConfig, model_class, exist_ok=True)
+    model_class.register_for_auto_class(auto_class.__name__)
 
 __version__ = "0.1.0"
 
-__all__ = ["ElmoConfig", "ElmoModel", "ElmoModelOutput", "ElmoPreTrainedModel", "ElmoTokenizer"]
+__all__ = [
+    "ElmoConfig",
+    "ElmoForSequenceClassification",
+    "ElmoForTokenClassification",
+    "ElmoModel",
+    "ElmoModelOutput",
+    "ElmoPreTrainedModel",
+    "ElmoScalarMix",
+    "ElmoTokenizer",
+]

@@ -17,10 +17,13 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
+SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
 # Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
 ELMO_AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
     "AutoModel": "modeling_elmo.ElmoModel",
+    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
+    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
 }
 
 
@@ -57,6 +60,25 @@ class ElmoConfig(PreTrainedConfig):
             Residual connection around every LSTM layer but the first.
         initializer_range (`float`, defaults to 0.02):
             Standard deviation of the normal initialiser for weights that are not loaded.
+        freeze_bilm (`bool`, defaults to `True`):
+            Task heads keep the biLM's weights fixed (the paper's setup); `False` fine-tunes them too.
+        scalar_mix_parameters (`list[float]`, *optional*):
+            Fixed pre-softmax layer weights (`num_layers + 1` values) for the heads' scalar mixes; they and gamma are
+            then not trained. `None` (default) learns them from equal weights.
+        scalar_mix_layer_norm (`str`, *optional*):
+            Normalise each layer before mixing: `"token"` per word vector (batch-independent), `"batch"` over all
+            words of the batch as the originals do (a word's vector then depends on its batch), `None` (default) off.
+        elmo_dropout (`float`, defaults to 0.5):
+            Dropout on the mixed ELMo vectors (the originals' default).
+        scalar_mix_l2_coefficient (`float`, defaults to 0.0):
+            `lambda` of the paper's penalty `lambda * ||s||^2` on the mix weights, added to a head's training loss.
+        task_lstm_dim (`int`, *optional*):
+            Hidden size per direction of a task biLSTM between the ELMo vectors and the classifier; `None` (default)
+            puts the classifier directly on the ELMo vectors.
+        task_lstm_layers (`int`, defaults to 1):
+            Layers of the task biLSTM.
+        concatenate_elmo_to_task_output (`bool`, defaults to `False`):
+            With a task biLSTM, also concatenate a second, independent ELMo mix to its output (paper §3.3).
 
     `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves).
 
@@ -92,6 +114,14 @@ class ElmoConfig(PreTrainedConfig):
     projection_clip: float | int | None = 3.0
     use_skip_connections: bool = True
     initializer_range: float = 0.02
+    freeze_bilm: bool = True
+    scalar_mix_parameters: list[float] | None = None
+    scalar_mix_layer_norm: str | None = None
+    elmo_dropout: float | int = 0.5
+    scalar_mix_l2_coefficient: float | int = 0.0
+    task_lstm_dim: int | None = None
+    task_lstm_layers: int = 1
+    concatenate_elmo_to_task_output: bool = False
     pad_token_id: int | None = 0
     bos_token_id: int | None = 257
     eos_token_id: int | None = 258
@@ -145,6 +175,30 @@ class ElmoConfig(PreTrainedConfig):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value}.")
+        self._validate_task_fields()
+
+    def _validate_task_fields(self):
+        """Checks the fields the task heads read."""
+        if self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != self.num_layers + 1:
+            raise ValueError(
+                f"ElmoConfig.scalar_mix_parameters needs num_layers + 1 = {self.num_layers + 1} values, got "
+                f"{len(self.scalar_mix_parameters)}."
+            )
+        if self.scalar_mix_layer_norm not in SCALAR_MIX_LAYER_NORMS:
+            raise ValueError(
+                f"ElmoConfig.scalar_mix_layer_norm must be one of {SCALAR_MIX_LAYER_NORMS}, got "
+                f"{self.scalar_mix_layer_norm!r}."
+            )
+        if not 0 <= self.elmo_dropout < 1:
+            raise ValueError(f"ElmoConfig.elmo_dropout must be in [0, 1), got {self.elmo_dropout}.")
+        if self.scalar_mix_l2_coefficient < 0:
+            raise ValueError(
+                f"ElmoConfig.scalar_mix_l2_coefficient must be >= 0, got {self.scalar_mix_l2_coefficient}."
+            )
+        if self.task_lstm_dim is not None and self.task_lstm_dim < 1:
+            raise ValueError(f"ElmoConfig.task_lstm_dim must be a positive integer or None, got {self.task_lstm_dim}.")
+        if self.task_lstm_layers < 1:
+            raise ValueError(f"ElmoConfig.task_lstm_layers must be >= 1, got {self.task_lstm_layers}.")
 
 
 __all__ = ["ElmoConfig"]

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.modeling_outputs import ModelOutput
+from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_elmo import ElmoConfig
@@ -300,6 +300,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
 
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        super()._init_weights(module)
+        if isinstance(module, ElmoScalarMix):
+            module.reset_parameters()
+
 
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: per-word contextual vectors from character ids.
@@ -458,11 +464,280 @@ class ElmoModel(ElmoPreTrainedModel):
         )
 
 
+class ElmoScalarMix(nn.Module):
+    r"""A task's learned mix of the biLM layers (paper eq. 1): `gamma * sum_j softmax(s)_j * h_j`.
+
+    Optionally each layer is normalised first (`"token"`: every word vector to zero mean and unit variance, independent
+    of the batch; `"batch"`: one mean and variance over all words of the batch, as bilm-tf's `weight_layers` does, so a
+    word's vector depends on its batch). Dropout applies to the mix. `l2_penalty()` is the paper's
+    `lambda * ||s||^2`, which pulls the weights towards equal.
+    """
+
+    def __init__(
+        self,
+        num_representations: int,
+        layer_norm: str | None = None,
+        fixed_weights: list[float] | None = None,
+        dropout: float = 0.0,
+        l2_coefficient: float = 0.0,
+    ):
+        super().__init__()
+        trainable = fixed_weights is None
+        self.fixed_weights = fixed_weights
+        self.scalar_parameters = nn.Parameter(torch.zeros(num_representations), requires_grad=trainable)
+        self.gamma = nn.Parameter(torch.ones(1), requires_grad=trainable)
+        self.layer_norm = layer_norm
+        self.dropout = nn.Dropout(dropout)
+        self.l2_coefficient = l2_coefficient if trainable else 0.0
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Equal weights (or the fixed ones) and gamma 1."""
+        weights = self.fixed_weights if self.fixed_weights is not None else [0.0] * self.scalar_parameters.shape[0]
+        init.copy_(self.scalar_parameters, torch.tensor(weights, dtype=self.scalar_parameters.dtype))
+        init.ones_(self.gamma)
+
+    def _normalise(self, layer: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.layer_norm == "token":
+            return nn.functional.layer_norm(layer, layer.shape[-1:], eps=1e-12)
+        keep = mask.unsqueeze(-1).to(layer.dtype)
+        count = (keep.sum() * layer.shape[-1]).clamp(min=1)
+        mean = (layer * keep).sum() / count
+        variance = (((layer - mean) * keep) ** 2).sum() / count
+        return (layer - mean) / torch.sqrt(variance + 1e-12)
+
+    def forward(self, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
+        """`num_representations` tensors `(batch_size, sequence_length, dim)` and the word mask -> `(batch_size,
+        sequence_length, dim)`, zero at padding."""
+        if len(hidden_states) != self.scalar_parameters.shape[0]:
+            raise ValueError(
+                f"ElmoScalarMix mixes {self.scalar_parameters.shape[0]} layers, got {len(hidden_states)}."
+            )
+        weights = torch.softmax(self.scalar_parameters, dim=0)
+        mixed = sum(
+            weight * (self._normalise(layer, mask) if self.layer_norm else layer)
+            for weight, layer in zip(weights, hidden_states)
+        )
+        return self.dropout(self.gamma * mixed * mask.unsqueeze(-1).to(mixed.dtype))
+
+    def l2_penalty(self) -> torch.Tensor:
+        """`lambda * ||s||^2` (zero for fixed weights)."""
+        return self.l2_coefficient * self.scalar_parameters.pow(2).sum()
+
+
+class ElmoTaskEncoder(nn.Module):
+    """The task biLSTM over the ELMo vectors (the paper's NER/SRL shape); runs on the words only."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.lstm = nn.LSTM(
+            config.hidden_size,
+            config.task_lstm_dim,
+            num_layers=config.task_lstm_layers,
+            batch_first=True,
+            bidirectional=True,
+        )
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """`(batch_size, sequence_length, hidden_size)` -> `(batch_size, sequence_length, 2 * task_lstm_dim)`, zero at
+        padding."""
+        order = words_first_order(mask)
+        if order is not None:
+            features = features.gather(1, order.unsqueeze(-1).expand_as(features))
+        lengths = mask.sum(1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
+        packed_outputs, _ = self.lstm(packed)
+        outputs, _ = nn.utils.rnn.pad_packed_sequence(
+            packed_outputs, batch_first=True, total_length=features.shape[1]
+        )
+        if order is not None:
+            outputs = outputs.gather(1, order.argsort(1).unsqueeze(-1).expand(-1, -1, outputs.shape[-1]))
+        return outputs * mask.unsqueeze(-1).to(outputs.dtype)
+
+
+class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
+    """A task head: the biLM (frozen unless `config.freeze_bilm=False`), its own scalar mixes and a task encoder."""
+
+    def __init__(self, config: ElmoConfig, num_mixes: int):
+        super().__init__(config)
+        self.elmo = ElmoModel(config)
+        self.scalar_mixes = nn.ModuleList(
+            ElmoScalarMix(
+                config.num_layers + 1,
+                layer_norm=config.scalar_mix_layer_norm,
+                fixed_weights=config.scalar_mix_parameters,
+                dropout=config.elmo_dropout,
+                l2_coefficient=config.scalar_mix_l2_coefficient,
+            )
+            for _ in range(num_mixes)
+        )
+        self.task_encoder = ElmoTaskEncoder(config) if config.task_lstm_dim is not None else None
+        self._set_trainable()
+
+    def _set_trainable(self):
+        """Freezes the biLM (unless `config.freeze_bilm=False`) and fixed mix weights."""
+        self.elmo.requires_grad_(not self.config.freeze_bilm)
+        for mix in self.scalar_mixes:
+            mix.requires_grad_(mix.fixed_weights is None)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """Loads as usual, then freezes again: loading re-creates every parameter as trainable."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded)._set_trainable()
+        return loaded
+
+    def _elmo_features(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, output_hidden_states: bool | None
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """Runs the biLM once and every mix: (features, word mask, biLM layers)."""
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_bilm):
+            layers = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
+        mask = word_mask(input_ids, attention_mask)
+        features = self.scalar_mixes[0](layers, mask)
+        if self.task_encoder is not None:
+            features = self.task_encoder(features, mask)
+            if len(self.scalar_mixes) > 1:
+                features = torch.cat([features, self.scalar_mixes[1](layers, mask)], dim=-1)
+        return features, mask, layers
+
+    def _feature_dim(self) -> int:
+        if self.task_encoder is None:
+            return self.config.hidden_size
+        extra = self.config.hidden_size if len(self.scalar_mixes) > 1 else 0
+        return 2 * self.config.task_lstm_dim + extra
+
+    def _l2_penalty(self, items: torch.Tensor, num_items_in_batch: torch.Tensor | int | None) -> torch.Tensor:
+        """The mixes' L2 penalty, scaled by this batch's share of `num_items_in_batch` so that gradient accumulation
+        adds it exactly once per optimiser step."""
+        penalty = sum(mix.l2_penalty() for mix in self.scalar_mixes)
+        if num_items_in_batch is None:
+            return penalty
+        return penalty * items / num_items_in_batch
+
+    def _check_label_ids(self, labels: torch.Tensor):
+        valid = (labels == -100) | ((labels >= 0) & (labels < self.config.num_labels))
+        if not bool(valid.all()):
+            bad = labels[~valid][0].item()
+            raise ValueError(
+                f"labels hold id {bad}, outside 0..{self.config.num_labels - 1} (num_labels={self.config.num_labels}) "
+                "and not -100 (ignored); set id2label/label2id (or num_labels) in the config to match your labels."
+            )
+
+
+class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
+    """ELMo with a per-word classifier: scalar mix -> dropout -> optional task biLSTM (optionally with a second mix
+    concatenated to its output) -> linear. For tagging (POS, NER, chunking)."""
+
+    def __init__(self, config: ElmoConfig):
+        mixes = 2 if config.task_lstm_dim is not None and config.concatenate_elmo_to_task_output else 1
+        super().__init__(config, num_mixes=mixes)
+        self.num_labels = config.num_labels
+        self.classifier = nn.Linear(self._feature_dim(), config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length, max_characters_per_token)`):
+                Character ids of each word, from [`ElmoTokenizer`].
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 for words, 0 for padding.
+            labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                A label id per word in `0..num_labels - 1`; -100 is ignored (padding, unlabelled words).
+            output_hidden_states (`bool`, *optional*):
+                Return the biLM's `num_layers + 1` layers.
+        """
+        features, mask, layers = self._elmo_features(input_ids, attention_mask, output_hidden_states)
+        logits = self.classifier(features)
+        loss = None
+        if labels is not None:
+            if tuple(labels.shape) != tuple(mask.shape):
+                raise ValueError(
+                    f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
+                    f"(-100 for padding), got {tuple(labels.shape)}."
+                )
+            self._check_label_ids(labels)
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
+            loss = loss + self._l2_penalty((labels != -100).sum(), kwargs.get("num_items_in_batch"))
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=layers if output_hidden_states else None)
+
+
+class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
+    """ELMo with a sentence classifier: scalar mix -> dropout -> optional task biLSTM -> masked mean and max pooling
+    -> linear. Single-label, multi-label and regression, chosen by `config.problem_type` as in transformers."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config, num_mixes=1)
+        self.num_labels = config.num_labels
+        self.classifier = nn.Linear(2 * self._feature_dim(), config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length, max_characters_per_token)`):
+                Character ids of each word, from [`ElmoTokenizer`].
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 for words, 0 for padding.
+            labels (`torch.Tensor`, *optional*):
+                `(batch_size,)` class ids (single-label) or float targets (regression, `num_labels == 1`), or
+                `(batch_size, num_labels)` floats (multi-label).
+            output_hidden_states (`bool`, *optional*):
+                Return the biLM's `num_layers + 1` layers.
+        """
+        features, mask, layers = self._elmo_features(input_ids, attention_mask, output_hidden_states)
+        keep = mask.unsqueeze(-1)
+        mean = (features * keep).sum(1) / keep.sum(1).clamp(min=1)
+        maximum = features.masked_fill(~keep, float("-inf")).amax(1)
+        maximum = maximum.masked_fill(~keep.any(1), 0.0)
+        logits = self.classifier(torch.cat([mean, maximum], dim=-1))
+        loss = None
+        if labels is not None:
+            self._check_sequence_labels(labels, batch_size=mask.shape[0])
+            loss = self.loss_function(labels, logits, self.config, **kwargs)
+            loss = loss + self._l2_penalty(torch.tensor(mask.shape[0]), kwargs.get("num_items_in_batch"))
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=layers if output_hidden_states else None)
+
+    def _check_sequence_labels(self, labels: torch.Tensor, batch_size: int):
+        if labels.shape[0] != batch_size:
+            raise ValueError(f"labels has {labels.shape[0]} rows for a batch of {batch_size} sentences.")
+        if labels.dtype.is_floating_point:
+            if labels.dim() == 2 and labels.shape[1] != self.config.num_labels:
+                raise ValueError(
+                    f"multi-label labels must have shape (batch_size, num_labels={self.config.num_labels}), got "
+                    f"{tuple(labels.shape)}."
+                )
+            return
+        if labels.dim() != 1:
+            raise ValueError(f"class-id labels must have shape (batch_size,), got {tuple(labels.shape)}.")
+        self._check_label_ids(labels)
+
+
 __all__ = [
     "ElmoBiLm",
     "ElmoCharacterEncoder",
+    "ElmoForSequenceClassification",
+    "ElmoForTokenClassification",
     "ElmoModel",
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
+    "ElmoScalarMix",
     "lstm_with_projection",
 ]
