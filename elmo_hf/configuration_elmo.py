@@ -82,7 +82,9 @@ class ElmoConfig(PreTrainedConfig):
             then not trained. `None` (default) learns them from equal weights.
         scalar_mix_layer_norm (`str`, *optional*):
             Normalise each layer before mixing: `"token"` per word vector (batch-independent), `"batch"` over all
-            words of the batch as the originals do (a word's vector then depends on its batch), `None` (default) off.
+            words of the batch as the originals' `do_layer_norm` does (a word's vector then depends on its batch),
+            `None` (default, as in the originals) off. To normalise, prefer `"token"`: predictions then do not change
+            with batch size, padding or the other sentences of a batch; `"batch"` is for parity with the originals.
         elmo_dropout (`float`, defaults to 0.5):
             Dropout on the mixed ELMo vectors (the originals' default).
         scalar_mix_l2_coefficient (`float`, defaults to 0.0):
