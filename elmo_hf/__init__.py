@@ -30,6 +30,7 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
     ElmoScalarMix,
 )
+from .pipeline_elmo import ElmoTokenClassificationPipeline
 from .tokenization_elmo import ElmoTokenizer
 
 AUTO_CLASSES = {
@@ -57,5 +58,6 @@ __all__ = [
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
     "ElmoScalarMix",
+    "ElmoTokenClassificationPipeline",
     "ElmoTokenizer",
 ]

@@ -13,8 +13,12 @@
 # limitations under the License.
 """ELMo model configuration."""
 
+import copy
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
+
+from .pipeline_elmo import ElmoTokenClassificationPipeline
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
@@ -24,6 +28,17 @@ ELMO_AUTO_MAP = {
     "AutoModel": "modeling_elmo.ElmoModel",
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
     "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
+}
+# The stock token-classification pipeline cannot read one row of character ids per word, so saved folders name ours.
+# Importing it here makes `save_pretrained` copy pipeline_elmo.py beside this file, and remote loading fetch it.
+_ELMO_TOKEN_CLASSIFICATION_PIPELINE = {
+    "impl": f"pipeline_elmo.{ElmoTokenClassificationPipeline.__name__}",
+    "pt": ["AutoModelForTokenClassification"],
+    "type": "text",
+}
+ELMO_CUSTOM_PIPELINES = {
+    "token-classification": _ELMO_TOKEN_CLASSIFICATION_PIPELINE,
+    "ner": _ELMO_TOKEN_CLASSIFICATION_PIPELINE,
 }
 
 
@@ -67,7 +82,9 @@ class ElmoConfig(PreTrainedConfig):
             then not trained. `None` (default) learns them from equal weights.
         scalar_mix_layer_norm (`str`, *optional*):
             Normalise each layer before mixing: `"token"` per word vector (batch-independent), `"batch"` over all
-            words of the batch as the originals do (a word's vector then depends on its batch), `None` (default) off.
+            words of the batch as the originals' `do_layer_norm` does (a word's vector then depends on its batch),
+            `None` (default, as in the originals) off. To normalise, prefer `"token"`: predictions then do not change
+            with batch size, padding or the other sentences of a batch; `"batch"` is for parity with the originals.
         elmo_dropout (`float`, defaults to 0.5):
             Dropout on the mixed ELMo vectors (the originals' default).
         scalar_mix_l2_coefficient (`float`, defaults to 0.0):
@@ -80,7 +97,9 @@ class ElmoConfig(PreTrainedConfig):
         concatenate_elmo_to_task_output (`bool`, defaults to `False`):
             With a task biLSTM, also concatenate a second, independent ELMo mix to its output (paper §3.3).
 
-    `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves).
+    `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves). Saved
+    configs name the model code in `auto_map` and [`ElmoTokenClassificationPipeline`] in `custom_pipelines`, so a
+    folder works with `trust_remote_code=True` where elmo-hf is not installed.
 
     Example:
 
@@ -129,6 +148,7 @@ class ElmoConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         self.filters = [list(bank) for bank in self.filters]
         kwargs["auto_map"] = {**ELMO_AUTO_MAP, **(kwargs.get("auto_map") or {})}
+        kwargs["custom_pipelines"] = {**copy.deepcopy(ELMO_CUSTOM_PIPELINES), **(kwargs.get("custom_pipelines") or {})}
         super().__post_init__(**kwargs)
 
     @property

@@ -592,7 +592,9 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """Runs the biLM once and every mix: (features, word mask, biLM layers)."""
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_bilm):
-            layers = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
+            layers = self.elmo(
+                input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True
+            ).hidden_states
         mask = word_mask(input_ids, attention_mask)
         features = self.scalar_mixes[0](layers, mask)
         if self.task_encoder is not None:
@@ -607,13 +609,13 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         extra = self.config.hidden_size if len(self.scalar_mixes) > 1 else 0
         return 2 * self.config.task_lstm_dim + extra
 
-    def _l2_penalty(self, items: torch.Tensor, num_items_in_batch: torch.Tensor | int | None) -> torch.Tensor:
-        """The mixes' L2 penalty, scaled by this batch's share of `num_items_in_batch` so that gradient accumulation
-        adds it exactly once per optimiser step."""
+    def _l2_penalty(self, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None) -> torch.Tensor:
+        """The mixes' L2 penalty, scaled by this batch's share of `num_items_in_batch` (Trainer counts the labels
+        that are not -100 over all accumulated batches) so that gradient accumulation adds it once per step."""
         penalty = sum(mix.l2_penalty() for mix in self.scalar_mixes)
         if num_items_in_batch is None:
             return penalty
-        return penalty * items / num_items_in_batch
+        return penalty * labels.ne(-100).sum() / num_items_in_batch
 
     def _check_label_ids(self, labels: torch.Tensor):
         valid = (labels == -100) | ((labels >= 0) & (labels < self.config.num_labels))
@@ -667,7 +669,7 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
                 )
             self._check_label_ids(labels)
             loss = self.loss_function(logits, labels, self.config, **kwargs)
-            loss = loss + self._l2_penalty((labels != -100).sum(), kwargs.get("num_items_in_batch"))
+            loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=layers if output_hidden_states else None)
 
 
@@ -712,7 +714,12 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
         if labels is not None:
             self._check_sequence_labels(labels, batch_size=mask.shape[0])
             loss = self.loss_function(labels, logits, self.config, **kwargs)
-            loss = loss + self._l2_penalty(torch.tensor(mask.shape[0]), kwargs.get("num_items_in_batch"))
+            num_items_in_batch = kwargs.get("num_items_in_batch")
+            if self.config.problem_type != "single_label_classification" and num_items_in_batch is not None:
+                # The stock regression and multi-label losses are means that ignore `num_items_in_batch`; make them
+                # sums over it, as the cross-entropy is, so gradient accumulation matches one large batch.
+                loss = loss * labels.ne(-100).sum() / num_items_in_batch
+            loss = loss + self._l2_penalty(labels, num_items_in_batch)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=layers if output_hidden_states else None)
 
     def _check_sequence_labels(self, labels: torch.Tensor, batch_size: int):

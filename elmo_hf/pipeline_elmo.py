@@ -1,0 +1,156 @@
+# Copyright 2026 The elmo-hf Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Token-classification pipeline for ELMo, whose `input_ids` hold one row of character ids per word.
+
+Imports only transformers, so that it ships as remote code in every saved ELMo folder (`config.custom_pipelines`).
+"""
+
+from typing import Any
+
+from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
+
+
+class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
+    """
+    [`TokenClassificationPipeline`] for ELMo. The stock pipeline reads one integer id per token, but ELMo's
+    `input_ids` are `(batch_size, sequence_length, max_characters_per_token)`: one row per word. Every token is a whole
+    word, so all aggregation strategies apply and agree with `"simple"`; `word`, `start` and `end` come from the
+    tokenizer's word offsets, and `word` is always `text[start:end]`. Text without words (`""`) gives no entities.
+
+    Saved ELMo folders name this class in `config.custom_pipelines`, so
+    `pipeline("token-classification", model=folder, trust_remote_code=True)` builds it; for a model object pass
+    `pipeline_class=ElmoTokenClassificationPipeline`, or construct it directly with `model=` and `tokenizer=`.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(self.tokenizer, "max_characters_per_token", None) is None:
+            raise ValueError(
+                f"ElmoTokenClassificationPipeline needs an ElmoTokenizer, got {type(self.tokenizer).__name__}; use "
+                "the stock TokenClassificationPipeline for other models."
+            )
+        id2label = self.model.config.id2label
+        if all(id2label.get(index) == f"LABEL_{index}" for index in range(len(id2label))):
+            raise ValueError(
+                f"The model's config has no label names (id2label={id2label}, the placeholders of a config without "
+                "labels), so its classifier was not fine-tuned with labels, e.g. it is a base biLM checkpoint. "
+                "Fine-tune ElmoForTokenClassification with config.id2label / label2id set to your tag names, or set "
+                "model.config.id2label before building the pipeline."
+            )
+
+    def _sanitize_parameters(
+        self,
+        ignore_labels: list[str] | None = None,
+        aggregation_strategy: AggregationStrategy | str | None = None,
+        offset_mapping: list[tuple[int, int]] | None = None,
+        is_split_into_words: bool = False,
+        stride: int | None = None,
+        delimiter: str | None = None,
+    ):
+        if stride is not None:
+            raise ValueError("`stride` is not supported: ELMo reads whole sentences, so no text is split into chunks.")
+        if offset_mapping is not None:
+            raise ValueError("`offset_mapping` is not needed: the ELMo tokenizer returns the words' offsets itself.")
+        preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
+            ignore_labels, None, None, is_split_into_words, None, delimiter
+        )
+        # The stock check rejects "first"/"average"/"max" for slow tokenizers because of sub-words; ELMo has none.
+        if aggregation_strategy is not None:
+            if isinstance(aggregation_strategy, str):
+                aggregation_strategy = AggregationStrategy[aggregation_strategy.upper()]
+            postprocess_params["aggregation_strategy"] = aggregation_strategy
+        return preprocess_params, forward_params, postprocess_params
+
+    def __call__(self, inputs: Any, **kwargs: Any):
+        """Tag one text, a list of texts, or with `is_split_into_words=True` one or several lists of words."""
+        if inputs is None or isinstance(inputs, (int, float, bytes, dict)):
+            raise TypeError(
+                "ElmoTokenClassificationPipeline expects a str, a list of str, or with is_split_into_words=True a "
+                f"list of words (or a list of those); got {type(inputs).__name__}."
+            )
+        return super().__call__(inputs, **kwargs)
+
+    def preprocess(self, sentence: str | list[str], **preprocess_params):
+        if preprocess_params["is_split_into_words"]:
+            if not isinstance(sentence, list):
+                raise ValueError(
+                    f"With is_split_into_words=True, each input must be a list of words, got {type(sentence).__name__}."
+                )
+            delimiter = preprocess_params["delimiter"]
+            inputs = self.tokenizer(
+                sentence,
+                is_split_into_words=True,
+                return_tensors="pt",
+                return_special_tokens_mask=True,
+                return_offsets_mapping=True,
+            )
+            # The tokenizer's offsets are in " ".join(words); move them into delimiter.join(words).
+            shift = [(index or 0) * (len(delimiter) - 1) for index in inputs.word_ids()]
+            inputs["offset_mapping"] += inputs["offset_mapping"].new_tensor(shift)[None, :, None]
+            sentence = delimiter.join(sentence)
+        else:
+            if not isinstance(sentence, str):
+                raise ValueError(
+                    f"Each input must be a str (or, with is_split_into_words=True, a list of words), got "
+                    f"{type(sentence).__name__}."
+                )
+            inputs = self.tokenizer(
+                sentence, return_tensors="pt", return_special_tokens_mask=True, return_offsets_mapping=True
+            )
+        yield {**inputs, "sentence": sentence, "is_last": True}
+
+    def gather_pre_entities(
+        self,
+        sentence: str,
+        input_ids,
+        scores,
+        offset_mapping,
+        special_tokens_mask,
+        aggregation_strategy: AggregationStrategy,
+        word_ids: list[int | None] | None = None,
+        word_to_chars_map: list[tuple[int, int]] | None = None,
+    ) -> list[dict]:
+        """One pre-entity per word row (padding and `<S>`/`</S>` rows skipped), its word cut from `sentence`."""
+        pre_entities = []
+        for index, token_scores in enumerate(scores):
+            if special_tokens_mask[index]:
+                continue
+            start, end = (int(value) for value in offset_mapping[index])
+            pre_entities.append(
+                {
+                    "word": sentence[start:end],
+                    "scores": token_scores,
+                    "start": start,
+                    "end": end,
+                    "index": index,
+                    "is_subword": False,
+                }
+            )
+        return pre_entities
+
+    def postprocess(
+        self,
+        all_outputs: list[dict],
+        aggregation_strategy: AggregationStrategy = AggregationStrategy.NONE,
+        ignore_labels: list[str] | None = None,
+    ) -> list[dict]:
+        entities = super().postprocess(all_outputs, aggregation_strategy, ignore_labels)
+        # Grouped words are joined by the tokenizer with spaces; the text itself is exact.
+        sentence = all_outputs[0]["sentence"]
+        for entity in entities:
+            entity["word"] = sentence[entity["start"] : entity["end"]]
+        return entities
+
+
+__all__ = ["ElmoTokenClassificationPipeline"]

@@ -1,0 +1,113 @@
+"""ElmoScalarMix: the weighted sum against a float64 reference, fixed weights, layer norms, the L2 penalty."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+
+from elmo_hf import ElmoForTokenClassification, ElmoScalarMix
+
+LABELS = {0: "O", 1: "B-LOC", 2: "I-LOC"}
+
+
+def random_layers(batch_size=2, sequence_length=4, dim=6, num_layers=3, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    layers = tuple(torch.randn(batch_size, sequence_length, dim, generator=generator) for _ in range(num_layers))
+    mask = torch.ones(batch_size, sequence_length, dtype=torch.bool)
+    mask[1, 2:] = False
+    return tuple(layer * mask.unsqueeze(-1) for layer in layers), mask
+
+
+def reference_mix(layers, mask, scalars, gamma, layer_norm):
+    """`gamma * sum_j softmax(s)_j * norm(h_j)` in float64 NumPy, zero at padding."""
+    weights = np.exp(scalars) / np.exp(scalars).sum()
+    keep = mask.numpy()[..., None].astype(np.float64)
+    total = 0.0
+    for weight, layer in zip(weights, layers):
+        layer = layer.double().numpy()
+        if layer_norm == "token":
+            layer = (layer - layer.mean(-1, keepdims=True)) / np.sqrt(layer.var(-1, keepdims=True) + 1e-12)
+        elif layer_norm == "batch":
+            count = keep.sum() * layer.shape[-1]
+            mean = (layer * keep).sum() / count
+            variance = (((layer - mean) * keep) ** 2).sum() / count
+            layer = (layer - mean) / np.sqrt(variance + 1e-12)
+        total = total + weight * layer
+    return gamma * total * keep
+
+
+@pytest.mark.parametrize("layer_norm", [None, "token", "batch"])
+def test_mix_equals_hand_computed_weighted_sum(layer_norm):
+    layers, mask = random_layers()
+    mix = ElmoScalarMix(3, layer_norm=layer_norm)
+    with torch.no_grad():
+        mix.scalar_parameters.copy_(torch.tensor([0.5, -1.0, 2.0]))
+        mix.gamma.fill_(1.5)
+    expected = reference_mix(layers, mask, np.array([0.5, -1.0, 2.0]), 1.5, layer_norm)
+    np.testing.assert_allclose(mix(layers, mask).detach().double().numpy(), expected, atol=1e-5)
+
+
+def test_equal_weights_and_gamma_one_by_default():
+    layers, mask = random_layers()
+    mix = ElmoScalarMix(3)
+    torch.testing.assert_close(mix(layers, mask), sum(layers) / 3)
+
+
+def test_token_norm_is_batch_invariant_and_batch_norm_is_not():
+    layers, mask = random_layers()
+    for layer_norm, invariant in (("token", True), ("batch", False), (None, True)):
+        mix = ElmoScalarMix(3, layer_norm=layer_norm)
+        in_batch = mix(layers, mask)[0]
+        alone = mix(tuple(layer[:1] for layer in layers), mask[:1])[0]
+        assert torch.allclose(in_batch, alone, atol=1e-6) == invariant, layer_norm
+
+
+def test_dropout_applies_in_training_only():
+    layers, mask = random_layers()
+    mix = ElmoScalarMix(3, dropout=0.5)
+    torch.testing.assert_close(mix.eval()(layers, mask), sum(layers) / 3)
+    dropped = mix.train()(layers, mask)
+    assert (dropped[mask] == 0).float().mean() > 0.2
+
+
+def test_wrong_number_of_layers():
+    layers, mask = random_layers()
+    with pytest.raises(ValueError, match="mixes 4 layers, got 3"):
+        ElmoScalarMix(4)(layers, mask)
+
+
+def test_l2_penalty_is_added_to_the_head_loss(tokenizer):
+    inputs = tokenizer([["Paris", "is", "big"]], is_split_into_words=True, return_tensors="pt")
+    labels = torch.tensor([[1, 0, 0]])
+    losses = {}
+    for coefficient in (0.0, 0.25):
+        torch.manual_seed(0)
+        model = ElmoForTokenClassification(
+            tiny_config(id2label=LABELS, elmo_dropout=0.0, scalar_mix_l2_coefficient=coefficient)
+        ).eval()
+        with torch.no_grad():
+            model.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([1.0, -2.0, 0.5]))
+        losses[coefficient] = model(**inputs, labels=labels).loss
+    torch.testing.assert_close(losses[0.25] - losses[0.0], torch.tensor(0.25 * (1.0 + 4.0 + 0.25)))
+
+
+def test_fixed_weights_stay_fixed_through_training_and_reloading(tokenizer, tmp_path):
+    fixed = [1.0, 0.0, -1.0]
+    model = ElmoForTokenClassification(
+        tiny_config(id2label=LABELS, scalar_mix_parameters=fixed, scalar_mix_l2_coefficient=1.0)
+    )
+    mix = model.scalar_mixes[0]
+    assert not mix.scalar_parameters.requires_grad and not mix.gamma.requires_grad
+    torch.testing.assert_close(mix.scalar_parameters, torch.tensor(fixed))
+    inputs = tokenizer([["Paris", "is", "big"]], is_split_into_words=True, return_tensors="pt")
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    model(**inputs, labels=torch.tensor([[1, 0, 0]])).loss.backward()
+    optimizer.step()
+    torch.testing.assert_close(mix.scalar_parameters, torch.tensor(fixed))
+    torch.testing.assert_close(mix.gamma, torch.ones(1))
+
+    model.save_pretrained(tmp_path)
+    reloaded = ElmoForTokenClassification.from_pretrained(tmp_path).scalar_mixes[0]
+    torch.testing.assert_close(reloaded.scalar_parameters, torch.tensor(fixed))
+    assert not reloaded.scalar_parameters.requires_grad and not reloaded.gamma.requires_grad
+    assert reloaded.l2_penalty() == 0
