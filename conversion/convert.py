@@ -14,12 +14,16 @@
 """Convert an original ELMo checkpoint (bilm-tf / AllenNLP `options.json` + weights `.hdf5`) to a Hugging Face folder.
 
     python conversion/convert.py --options options.json --weights weights.hdf5 --output elmo-small
+    python conversion/convert.py ... --model-card small --push-to-hub NAMESPACE/elmo-small [--private]
+        [--revision BRANCH | --create-pr] [--token TOKEN]
 
 The folder holds `config.json`, `model.safetensors` (float32), the tokenizer files and the model code, so that it
 loads with `AutoModel.from_pretrained(folder)` after `import elmo_hf`, or with `trust_remote_code=True` without it.
 Every dataset is checked against the options before anything is written, the converted model is checked against an
 independent NumPy implementation of the original computation, and the folder appears only when all of that succeeded.
-The original checkpoint's dataset names and layouts live in this file only.
+Its README.md is the released checkpoint's card from `model_cards/` (`--model-card`) or a generic one. With
+`--push-to-hub` the finished folder is then uploaded in one commit. The original checkpoint's dataset names and
+layouts live in this file only.
 """
 
 import argparse
@@ -30,9 +34,14 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from string import Template
 
 import numpy as np
 import torch
+from huggingface_hub import CommitInfo, HfApi, get_token
+from huggingface_hub.constants import DEFAULT_REVISION
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from transformers.utils.logging import disable_progress_bar
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
@@ -43,6 +52,14 @@ TF_TO_TORCH_GATES = (0, 2, 1, 3)
 # TensorFlow's LSTMCell adds this to the forget gate at run time; it is not stored in the checkpoint.
 TF_FORGET_BIAS = 1.0
 VALIDATION_SENTENCE = ["The", "biLM", "reads", "characters", ",", "naïvely", "!"]
+MODEL_CARDS_DIR = Path(__file__).resolve().parents[1] / "model_cards"
+# The released checkpoints with a card in model_cards/{name}.md, and the architecture each was released with.
+MODEL_CARDS = {
+    "small": "2x1024_128_2048cnn_1xhighway",
+    "medium": "2x2048_256_2048cnn_1xhighway",
+    "original": "2x4096_512_2048cnn_2xhighway",
+    "original-5.5B": "2x4096_512_2048cnn_2xhighway",
+}
 
 
 class ConversionError(ValueError):
@@ -292,9 +309,17 @@ def validate(model: ElmoModel, arrays: dict[str, np.ndarray], tokenizer: ElmoTok
             )
 
 
-def write_model_card(folder: Path, config: ElmoConfig, source: str):
-    """A generic model card (README.md) filled from the config."""
-    card = f"""---
+def architecture_name(config: ElmoConfig) -> str:
+    """The original release's name for an architecture, such as `2x4096_512_2048cnn_2xhighway`."""
+    return (
+        f"{config.num_layers}x{config.lstm_dim}_{config.projection_dim}_{config.num_filters}cnn_"
+        f"{config.num_highway_layers}xhighway"
+    )
+
+
+def generic_model_card(config: ElmoConfig, repo_id: str, source: str) -> str:
+    """A model card filled from the config, for checkpoints without a card in `model_cards/`."""
+    return f"""---
 library_name: transformers
 pipeline_tag: feature-extraction
 license: apache-2.0
@@ -305,21 +330,35 @@ tags:
 - character-level
 ---
 
-# ELMo biLM ({config.num_layers}x{config.lstm_dim}_{config.projection_dim}_{config.num_filters}cnn_{config.num_highway_layers}xhighway)
+# ELMo biLM ({architecture_name(config)})
 
 An ELMo bidirectional language model (Peters et al., 2018) converted from the original checkpoint
 `{source}` with elmo-hf. Per-word outputs are {config.hidden_size} wide (`[forward; backward]`),
-with {config.num_layers + 1} layers in `hidden_states`.
+with {config.num_layers + 1} layers in `hidden_states`. Check that the license above is the one the original
+checkpoint was released under.
 
 ```python
 from transformers import AutoModel, AutoTokenizer
 
-tokenizer = AutoTokenizer.from_pretrained("PATH", trust_remote_code=True)
-model = AutoModel.from_pretrained("PATH", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)
+model = AutoModel.from_pretrained("{repo_id}", trust_remote_code=True)
 outputs = model(**tokenizer(["ELMo reads characters ."], return_tensors="pt"), output_hidden_states=True)
 ```
 """
-    (folder / "README.md").write_text(card, encoding="utf-8")
+
+
+def model_card(config: ElmoConfig, name: str | None, repo_id: str, source: str) -> str:
+    """The README.md text: card `name` from `model_cards/`, or the generic card if `name` is None."""
+    if name is None:
+        return generic_model_card(config, repo_id, source)
+    if name not in MODEL_CARDS:
+        raise ConversionError(f"unknown model card {name!r}; the cards are: {', '.join(MODEL_CARDS)}.")
+    if MODEL_CARDS[name] != architecture_name(config):
+        raise ConversionError(
+            f"model card {name!r} describes a {MODEL_CARDS[name]} checkpoint, but the options describe "
+            f"{architecture_name(config)}; pick the matching card or leave out --model-card."
+        )
+    return Template((MODEL_CARDS_DIR / f"{name}.md").read_text(encoding="utf-8")).substitute(repo_id=repo_id)
 
 
 def save_folder(write: Callable[[Path], None], output: Path, overwrite: bool):
@@ -346,9 +385,14 @@ def save_folder(write: Callable[[Path], None], output: Path, overwrite: bool):
 
 
 def convert(options_path: str | os.PathLike, weights_path: str | os.PathLike, output: str | os.PathLike,
-            overwrite: bool = False) -> Path:
-    """Converts, validates and saves; returns the output folder."""
+            overwrite: bool = False, model_card_name: str | None = None, repo_id: str | None = None) -> Path:
+    """Converts, validates and saves; returns the output folder.
+
+    The README.md is card `model_card_name` (see `MODEL_CARDS`) or a generic one, showing how to load `repo_id`
+    (default: the output folder).
+    """
     config = convert_config(read_options(options_path))
+    readme = model_card(config, model_card_name, repo_id or str(output), Path(weights_path).name)
     arrays = read_weights(weights_path, config)
     model = ElmoModel(config)
     model.load_state_dict(convert_state_dict(arrays, config), strict=True)
@@ -359,10 +403,47 @@ def convert(options_path: str | os.PathLike, weights_path: str | os.PathLike, ou
     def write(folder: Path):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        write_model_card(folder, config, Path(weights_path).name)
+        (folder / "README.md").write_text(readme, encoding="utf-8")
 
     save_folder(write, Path(output), overwrite)
     return Path(output)
+
+
+def push_to_hub(folder: str | os.PathLike, repo_id: str, token: str | None = None, private: bool | None = None,
+                revision: str | None = None, create_pr: bool = False) -> CommitInfo:
+    """Uploads a converted folder in one commit, creating the repository (and branch `revision`) if needed."""
+    api = HfApi(token=token)
+    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+    if revision is not None and revision != DEFAULT_REVISION:
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    return api.upload_folder(
+        repo_id=repo_id,
+        folder_path=folder,
+        revision=revision,
+        create_pr=create_pr,
+        commit_message=f"Add ELMo converted with elmo-hf from {Path(folder).name}",
+    )
+
+
+def check_push_arguments(args: argparse.Namespace) -> str | None:
+    """The reason the requested push cannot work, checked before anything is converted; None if it can."""
+    if args.push_to_hub is None:
+        given = [option for option in ("private", "revision", "create_pr", "token") if getattr(args, option)]
+        return f"--{given[0].replace('_', '-')} needs --push-to-hub." if given else None
+    try:
+        validate_repo_id(args.push_to_hub)
+    except HFValidationError as error:
+        return f"--push-to-hub {args.push_to_hub!r} is not a valid repository id: {error}"
+    if "/" not in args.push_to_hub:
+        return f"--push-to-hub {args.push_to_hub!r} needs its namespace, as in 'your-name/{args.push_to_hub}'."
+    if args.create_pr and args.revision not in (None, DEFAULT_REVISION):
+        return (
+            f"--create-pr opens a pull request against {DEFAULT_REVISION!r}; it cannot go with --revision "
+            f"{args.revision!r}. Push to the branch without --create-pr, or open the pull request without --revision."
+        )
+    if args.token is None and get_token() is None:
+        return "pushing needs a Hub token with write access: run `hf auth login`, set HF_TOKEN or pass --token."
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -371,14 +452,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", required=True, help="the checkpoint's weights .hdf5")
     parser.add_argument("--output", required=True, help="folder to write (must be empty or absent)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
+    parser.add_argument(
+        "--model-card", metavar="NAME", help=f"README.md is this released checkpoint's card: {', '.join(MODEL_CARDS)}"
+    )
+    parser.add_argument("--push-to-hub", metavar="REPO_ID", help="then upload the folder to this Hub repository")
+    parser.add_argument("--private", action="store_true", default=None, help="create the repository private")
+    parser.add_argument("--revision", help="push to this branch (created if needed) instead of the default branch")
+    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
+    parser.add_argument("--token", help="Hugging Face token (default: HF_TOKEN or the `hf auth login` one)")
     args = parser.parse_args(argv)
+    if problem := check_push_arguments(args):
+        parser.error(problem)
     disable_progress_bar()
     try:
-        folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite)
+        folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite,
+                         model_card_name=args.model_card, repo_id=args.push_to_hub)
     except ConversionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"converted {args.weights} -> {folder}")
+    if args.push_to_hub is None:
+        return 0
+    try:
+        commit = push_to_hub(folder, args.push_to_hub, args.token, args.private, args.revision, args.create_pr)
+    except HfHubHTTPError as error:
+        print(f"error: pushing {folder} to {args.push_to_hub} failed, the folder is kept: {error}", file=sys.stderr)
+        return 1
+    print(f"pushed {folder} -> {commit.pr_url or commit.commit_url}")
     return 0
 
 
