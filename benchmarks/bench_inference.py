@@ -46,10 +46,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plain_elmo import plain_elmo_layers  # noqa: E402
+from plain_elmo import plain_elmo_layers
 
-from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
-from elmo_hf.modeling_elmo import linear  # noqa: E402
+from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
+from elmo_hf.modeling_elmo import linear
 
 ARCHITECTURES = {
     "small": dict(lstm_dim=1024, projection_dim=128, num_highway_layers=1),  # 2x1024_128_2048cnn_1xhighway
@@ -271,8 +271,11 @@ def main() -> int:
         return tuple(json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout))
 
     samples = [limits()]
-    print(f"torch {torch.__version__}, {args.device}, {args.threads} threads, load average before: "
-          f"{os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"torch {torch.__version__}, {args.device}, {args.threads} threads, load average before: "
+        f"{os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     rows = []
     for model in args.models:
         for dtype in args.dtype:
@@ -281,7 +284,7 @@ def main() -> int:
                 command += ["--sentences", str(args.sentences), "--repeats", str(args.repeats)]
                 command += ["--threads", str(args.threads), "--device", args.device]
                 command += ["--text", *args.text] if args.text else []
-                result = subprocess.run(command, capture_output=True, text=True)
+                result = subprocess.run(command, capture_output=True, text=True, check=False)
                 if result.returncode:
                     sys.stderr.write(result.stderr)
                     return result.returncode
@@ -296,8 +299,10 @@ def main() -> int:
                     f"{os.getloadavg()[0]:.2f}",
                     flush=True,
                 )
-    print(f"load average after: {os.getloadavg()[0]:.2f}; limit samples (GEMM GFLOP/s, GB/s): "
-          + ", ".join(f"({g:.0f}, {b:.1f})" for g, b in samples))
+    print(
+        f"load average after: {os.getloadavg()[0]:.2f}; limit samples (GEMM GFLOP/s, GB/s): "
+        + ", ".join(f"({g:.0f}, {b:.1f})" for g, b in samples)
+    )
     print(format_table(rows))
     return 0
 

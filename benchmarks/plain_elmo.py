@@ -48,7 +48,9 @@ def plain_elmo_layers(model: ElmoModel, char_ids: torch.Tensor) -> list[torch.Te
     Returns the `num_layers + 1` layers, each `(num_words, 2 * projection_dim)`, as `ElmoModel`'s `hidden_states`.
     """
     chars = model.config.max_characters_per_token
-    boundaries = [torch.tensor([word_to_char_ids(token, chars)]) for token in (BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN)]
+    boundaries = [
+        torch.tensor([word_to_char_ids(token, chars)]) for token in (BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN)
+    ]
     tokens = plain_token_layer(model, torch.cat([boundaries[0], char_ids.cpu(), boundaries[1]]).to(char_ids.device))
     layers = [torch.cat([tokens, tokens], dim=-1)]
     forward_inputs, backward_inputs = tokens, tokens.flip(0)

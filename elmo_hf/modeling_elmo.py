@@ -373,6 +373,12 @@ class ElmoModel(ElmoPreTrainedModel):
     The model wraps each sentence in `<S>` / `</S>` itself and removes them from the outputs, so `input_ids` hold one
     row of character ids per word. By default every call starts from zero LSTM states (stateless, deterministic); pass
     `lstm_state` to start from a previous call's `output_lstm_state` as the original, stateful implementations do.
+
+    Speed: no work is spent on padding, the character CNN runs once per distinct word of the batch, and without
+    autograd (`torch.inference_mode()`) the CPU matrix products go through oneDNN (see `linear`); training uses the
+    same code with autograd. Long inputs: there is no length limit; the character CNN runs on chunks of
+    `ElmoCharacterEncoder.chunk_size` words and the input-to-gate products on blocks of `GATE_INPUT_BLOCK_ROWS` rows,
+    so memory grows linearly with the number of words (a 5,000-word document is one call).
     """
 
     def __init__(self, config: ElmoConfig):
@@ -496,7 +502,8 @@ class ElmoModel(ElmoPreTrainedModel):
             [word_to_char_ids(BEGIN_SENTENCE_TOKEN, chars), word_to_char_ids(END_SENTENCE_TOKEN, chars)],
             device=input_ids.device,
         )
-        distinct_ids, occurrences = torch.unique(torch.cat([boundary_ids, input_ids[mask]]), dim=0, return_inverse=True)
+        words = torch.cat([boundary_ids, input_ids[mask]])
+        distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
         embeddings = self.token_encoder(distinct_ids)[occurrences]
         begin_embedding, end_embedding, word_embeddings = embeddings[0], embeddings[1], embeddings[2:]
         # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.

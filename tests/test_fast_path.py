@@ -5,8 +5,7 @@ import torch
 from conftest import tiny_config
 
 from benchmarks.plain_elmo import plain_elmo_layers
-from elmo_hf import ElmoModel
-from elmo_hf import modeling_elmo
+from elmo_hf import ElmoModel, modeling_elmo
 from elmo_hf.modeling_elmo import linear, onednn_linear_available
 
 SENTENCES = [
@@ -87,7 +86,9 @@ def test_gradients_flow_in_training_mode_and_match_inference(tokenizer):
 
 def test_each_distinct_word_goes_through_the_char_cnn_once(tiny_model, tokenizer):
     encoded_rows = []
-    tiny_model.token_encoder.char_cnn.register_forward_hook(lambda module, args, output: encoded_rows.append(len(output)))
+    tiny_model.token_encoder.char_cnn.register_forward_hook(
+        lambda module, args, output: encoded_rows.append(len(output))
+    )
     with torch.inference_mode():
         tiny_model(**encode(tokenizer, SENTENCES))
     distinct = {word for words in SENTENCES for word in words}

@@ -122,7 +122,7 @@ def test_lstm_with_projection_matches_a_plain_cell():
     lengths, batch_sizes = [4, 2, 1], [3, 2, 1, 1]
     inputs = [torch.randn(length, input_dim) for length in lengths]
     # Packed time-major: step t holds the rows still running at t.
-    packed = torch.cat([inputs[row][step : step + 1] for step, active in enumerate(batch_sizes) for row in range(active)])
+    packed = torch.stack([inputs[row][step] for step, active in enumerate(batch_sizes) for row in range(active)])
     input_weight = torch.randn(4 * lstm_dim, input_dim)
     weight, bias = torch.randn(4 * lstm_dim, projection_dim), torch.randn(4 * lstm_dim)
     projection = torch.randn(projection_dim, lstm_dim)
