@@ -34,6 +34,41 @@ from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to
 
 LstmState = tuple[torch.Tensor, torch.Tensor]
 
+# Rows of input-to-gate products computed at once in `lstm_with_projection`: large enough for an efficient matrix
+# product, small enough that memory stays bounded for any sequence length ((rows, 4 * lstm_dim) floats at a time).
+GATE_INPUT_BLOCK_ROWS = 1024
+
+
+def onednn_linear_available(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether `linear` may use oneDNN: a CPU float32 or bfloat16 product that autograd does not record."""
+    return (
+        inputs.device.type == "cpu"
+        and inputs.dtype in (torch.float32, torch.bfloat16)
+        and weight.dtype == inputs.dtype
+        and weight.is_contiguous()
+        and torch.backends.mkldnn.is_available()
+        and not (torch.is_grad_enabled() and (inputs.requires_grad or weight.requires_grad))
+    )
+
+
+def linear(
+    inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, add: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`inputs @ weight.T + bias + add` for `(rows, in_features)` inputs and `(out_features, in_features)` weights.
+
+    Without autograd on CPU this runs oneDNN's matrix product (the one `torch.compile` emits for CPU linear layers),
+    about twice MKL's `addmm` for the few-row products of the LSTM recurrence on AVX-512 CPUs (see
+    `benchmarks/bench_inference.py`), with the bias and `add` fused into it. Elsewhere (training, CUDA) it is
+    `torch.nn.functional.linear`.
+    """
+    if onednn_linear_available(inputs, weight):
+        inputs = inputs.contiguous()
+        if add is not None:
+            return torch.ops.mkldnn._linear_pointwise.binary(inputs, add.contiguous(), weight, bias, "add")
+        return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], "")
+    outputs = nn.functional.linear(inputs, weight, bias)
+    return outputs if add is None else outputs + add
+
 
 def word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """`(batch_size, sequence_length)` bool: the given attention mask, or the rows with any non-zero character id."""
@@ -52,8 +87,9 @@ def words_first_order(mask: torch.Tensor) -> torch.Tensor | None:
 
 
 def lstm_with_projection(
-    gate_inputs: torch.Tensor,
+    inputs: torch.Tensor,
     batch_sizes: list[int],
+    input_to_gates_weight: torch.Tensor,
     hidden_to_gates_weight: torch.Tensor,
     gates_bias: torch.Tensor,
     projection_weight: torch.Tensor,
@@ -61,42 +97,62 @@ def lstm_with_projection(
     cell_clip: float | None,
     projection_clip: float | None,
 ) -> tuple[torch.Tensor, LstmState]:
-    """Runs one LSTM direction with a projected, clipped output over a length-sorted batch.
+    """Runs one LSTM direction with a projected, clipped output over a packed, length-sorted batch.
 
-    Pure function, state in and out, so the scan can be swapped for a kernel. The gate order is i, f, g, o; the
-    forget bias of the original TensorFlow cell is already folded into `gates_bias`.
+    Pure function, state in and out, so the scan can be swapped for a kernel. The inputs are packed time-major, as in
+    `torch.nn.utils.rnn.PackedSequence`: step `t` holds the first `batch_sizes[t]` rows of the length-sorted batch,
+    so no work is spent on padding and the active batch shrinks as sentences end. The input-to-gate products of
+    blocks of steps (about `GATE_INPUT_BLOCK_ROWS` rows) are one matrix product each; only the recurrence is
+    sequential. The gate order is i, f, g, o; the forget bias of the original TensorFlow cell is already folded into
+    `gates_bias`.
 
     Args:
-        gate_inputs: `(batch_size, steps, 4 * lstm_dim)`, the input-to-gate products of all steps, rows sorted by
-            length (longest first).
+        inputs: `(num_positions, input_dim)`, packed time-major; `num_positions = sum(batch_sizes)`.
         batch_sizes: number of rows still running at each step (non-increasing, one entry per step).
+        input_to_gates_weight: `(4 * lstm_dim, input_dim)`.
         hidden_to_gates_weight: `(4 * lstm_dim, projection_dim)`.
         gates_bias: `(4 * lstm_dim,)`.
         projection_weight: `(projection_dim, lstm_dim)`.
-        initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`.
+        initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`, rows sorted as
+            the batch.
         cell_clip, projection_clip: clip bounds, `None` for no clipping.
 
     Returns:
-        The outputs `(batch_size, steps, projection_dim)`, zero beyond each row's length, and the final `(h, c)` of
-        every row (the state after its own last step).
+        The outputs `(num_positions, projection_dim)`, packed as the inputs, and the final `(h, c)` of every row (the
+        state after its own last step).
     """
     hidden, cell = initial_state
-    outputs = gate_inputs.new_zeros(gate_inputs.shape[0], gate_inputs.shape[1], projection_weight.shape[0])
+    lstm_dim = projection_weight.shape[1]
+    outputs = inputs.new_empty(inputs.shape[0], projection_weight.shape[0])
     finished_hidden, finished_cell = [], []
+    block_start = block_end = 0
+    position = 0
     for step, active in enumerate(batch_sizes):
+        if position == block_end:
+            # Input-to-gate products of the next steps, up to GATE_INPUT_BLOCK_ROWS rows (at least one step).
+            block_start, block_end = position, position + active
+            for next_active in batch_sizes[step + 1 :]:
+                if block_end + next_active - block_start > GATE_INPUT_BLOCK_ROWS:
+                    break
+                block_end += next_active
+            gate_inputs = linear(inputs[block_start:block_end], input_to_gates_weight)
         if active < hidden.shape[0]:
             finished_hidden.append(hidden[active:])
             finished_cell.append(cell[active:])
             hidden, cell = hidden[:active], cell[:active]
-        gates = torch.addmm(gates_bias, hidden, hidden_to_gates_weight.t()) + gate_inputs[:active, step]
-        input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=1)
-        cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(candidate)
+        step_gate_inputs = gate_inputs[position - block_start : position - block_start + active]
+        gates = linear(hidden, hidden_to_gates_weight, gates_bias, add=step_gate_inputs)
+        input_and_forget = torch.sigmoid(gates[:, : 2 * lstm_dim])
+        candidate = torch.tanh(gates[:, 2 * lstm_dim : 3 * lstm_dim])
+        output_gate = torch.sigmoid(gates[:, 3 * lstm_dim :])
+        cell = torch.addcmul(input_and_forget[:, lstm_dim:] * cell, input_and_forget[:, :lstm_dim], candidate)
         if cell_clip is not None:
             cell = cell.clamp(-cell_clip, cell_clip)
-        hidden = (torch.sigmoid(output_gate) * torch.tanh(cell)) @ projection_weight.t()
+        hidden = linear(output_gate * torch.tanh(cell), projection_weight)
         if projection_clip is not None:
             hidden = hidden.clamp(-projection_clip, projection_clip)
-        outputs[:active, step] = hidden
+        outputs[position : position + active] = hidden
+        position += active
     finished_hidden.append(hidden)
     finished_cell.append(cell)
     # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
@@ -114,10 +170,19 @@ class ElmoCharCnn(nn.Module):
         self.activation = torch.relu if config.activation == "relu" else torch.tanh
 
     def forward(self, char_embeddings: torch.Tensor) -> torch.Tensor:
-        """`(num_words, max_characters_per_token, char_embedding_dim)` -> `(num_words, num_filters)`."""
-        # (num_words, char_embedding_dim, max_characters_per_token) for Conv1d
-        char_embeddings = char_embeddings.transpose(1, 2)
-        pooled = [conv(char_embeddings).amax(dim=-1) for conv in self.convolutions]
+        """`(num_words, max_characters_per_token, char_embedding_dim)` -> `(num_words, num_filters)`.
+
+        Each convolution is one matrix product over all windows of all words (faster on CPU than the direct
+        convolution, measured in `benchmarks/`), so call it on bounded chunks of words.
+        """
+        num_words, chars, dim = char_embeddings.shape
+        pooled = []
+        for conv in self.convolutions:
+            width = conv.kernel_size[0]
+            # (num_words, chars - width + 1, dim, width): every window, flattened as the Conv1d weight (num, dim, width)
+            windows = char_embeddings.unfold(1, width, 1).reshape(-1, dim * width)
+            responses = linear(windows, conv.weight.reshape(conv.out_channels, -1), conv.bias)
+            pooled.append(responses.view(num_words, chars - width + 1, -1).amax(dim=1))
         return self.activation(torch.cat(pooled, dim=-1))
 
 
@@ -133,8 +198,9 @@ class ElmoHighwayLayer(nn.Module):
         self.gate = nn.Linear(dim, dim)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        gate = torch.sigmoid(self.gate(hidden))
-        return gate * torch.relu(self.transform(hidden)) + (1 - gate) * hidden
+        gate = torch.sigmoid(linear(hidden, self.gate.weight, self.gate.bias))
+        transformed = torch.relu(linear(hidden, self.transform.weight, self.transform.bias))
+        return gate * transformed + (1 - gate) * hidden
 
 
 class ElmoHighway(nn.Module):
@@ -153,6 +219,10 @@ class ElmoHighway(nn.Module):
 class ElmoCharacterEncoder(nn.Module):
     """The context-independent token layer: character embeddings, CNN, highway, linear projection."""
 
+    # Words encoded at once: bounds the CNN's intermediate memory ((chunk * max_characters_per_token, num_filters)
+    # floats for the widest bank) whatever the number of words.
+    chunk_size = 256
+
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.char_embeddings = nn.Embedding(config.char_vocab_size, config.char_embedding_dim, padding_idx=0)
@@ -162,7 +232,11 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         """`(num_words, max_characters_per_token)` character ids -> `(num_words, projection_dim)` token vectors."""
-        return self.projection(self.highway(self.char_cnn(self.char_embeddings(char_ids))))
+        chunks = []
+        for chunk in char_ids.split(self.chunk_size):
+            features = self.highway(self.char_cnn(self.char_embeddings(chunk)))
+            chunks.append(linear(features, self.projection.weight, self.projection.bias))
+        return torch.cat(chunks)
 
 
 class ElmoLstmCellWithProjection(nn.Module):
@@ -179,11 +253,12 @@ class ElmoLstmCellWithProjection(nn.Module):
     def forward(
         self, inputs: torch.Tensor, batch_sizes: list[int], initial_state: LstmState
     ) -> tuple[torch.Tensor, LstmState]:
-        """`(batch_size, steps, projection_dim)`, rows sorted by length, in this direction's time order."""
-        # The input-to-gate products of all steps in one matrix product; only the recurrence is sequential.
+        """`(num_positions, projection_dim)` packed time-major (see `lstm_with_projection`), in this direction's time
+        order."""
         return lstm_with_projection(
-            self.input_to_gates(inputs),
+            inputs,
             batch_sizes,
+            self.input_to_gates.weight,
             self.hidden_to_gates.weight,
             self.hidden_to_gates.bias,
             self.projection.weight,
@@ -209,8 +284,8 @@ class ElmoLstmLayer(nn.Module):
         batch_sizes: list[int],
         initial_states: tuple[LstmState, LstmState],
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[LstmState, LstmState]]:
-        """Inputs `(batch_size, sequence_length + 2, projection_dim)`; the backward ones are already time-reversed
-        per row. Returns both outputs (same layout) and both final states."""
+        """Inputs `(num_positions, projection_dim)`, packed time-major; the backward ones are packed from the
+        time-reversed rows. Returns both outputs (same layout) and both final states."""
         forward_outputs, forward_state = self.forward_cell(forward_inputs, batch_sizes, initial_states[0])
         backward_outputs, backward_state = self.backward_cell(backward_inputs, batch_sizes, initial_states[1])
         if self.residual:
@@ -244,18 +319,21 @@ class ElmoBiLm(nn.Module):
             One `(batch_size, sequence_length + 2, 2 * projection_dim)` tensor `[forward; backward]` per layer, zero
             beyond each row's length, and the final state in the layout of `initial_state`.
         """
-        batch_size, steps, _ = token_embeddings.shape
+        batch_size, steps, dim = token_embeddings.shape
         sorted_lengths, order = lengths.sort(descending=True)
         unsort = order.argsort()
-        batch_sizes = (sorted_lengths.unsqueeze(0) > torch.arange(steps, device=lengths.device).unsqueeze(1))
-        batch_sizes = batch_sizes.sum(1).tolist()
-        # Per row, position t of the backward direction reads position length - 1 - t; padding stays in place.
-        positions = torch.arange(steps, device=lengths.device).expand(batch_size, steps)
-        reverse = torch.where(positions < sorted_lengths.unsqueeze(1), sorted_lengths.unsqueeze(1) - 1 - positions, positions)
-        reverse = reverse.unsqueeze(-1).expand(-1, -1, token_embeddings.shape[-1])
+        # Packed time-major positions: step t holds the rows (sorted longest first) still running at t.
+        running = torch.arange(steps, device=lengths.device).unsqueeze(1) < sorted_lengths.unsqueeze(0)
+        batch_sizes = running.sum(1).tolist()
+        packed_steps, packed_rows = running.nonzero(as_tuple=True)
+        # Where each packed position lives in the (batch_size * (sequence_length + 2)) flattened batch, per direction:
+        # the backward direction reads row r at step t from position length - 1 - t.
+        row_starts = order[packed_rows] * steps
+        forward_index = row_starts + packed_steps
+        backward_index = row_starts + sorted_lengths[packed_rows] - 1 - packed_steps
 
-        forward_inputs = token_embeddings[order]
-        backward_inputs = forward_inputs.gather(1, reverse)
+        flat_tokens = token_embeddings.reshape(batch_size * steps, dim)
+        forward_inputs, backward_inputs = flat_tokens[forward_index], flat_tokens[backward_index]
         hidden, cell = initial_state[0][:, order], initial_state[1][:, order]
         layer_outputs, final_hidden, final_cell = [], [], []
         for index, layer in enumerate(self.layers):
@@ -263,7 +341,11 @@ class ElmoBiLm(nn.Module):
             forward_inputs, backward_inputs, (forward_state, backward_state) = layer(
                 forward_inputs, backward_inputs, batch_sizes, states
             )
-            layer_outputs.append(torch.cat([forward_inputs, backward_inputs.gather(1, reverse)], dim=-1)[unsort])
+            # (batch_size * (sequence_length + 2), 2 * projection_dim), zeros at padding
+            outputs = flat_tokens.new_zeros(batch_size * steps, 2 * dim)
+            outputs[forward_index, :dim] = forward_inputs
+            outputs[backward_index, dim:] = backward_inputs
+            layer_outputs.append(outputs.view(batch_size, steps, 2 * dim))
             final_hidden += [forward_state[0], backward_state[0]]
             final_cell += [forward_state[1], backward_state[1]]
         return layer_outputs, (torch.stack(final_hidden)[:, unsort], torch.stack(final_cell)[:, unsort])
@@ -313,6 +395,12 @@ class ElmoModel(ElmoPreTrainedModel):
     The model wraps each sentence in `<S>` / `</S>` itself and removes them from the outputs, so `input_ids` hold one
     row of character ids per word. By default every call starts from zero LSTM states (stateless, deterministic); pass
     `lstm_state` to start from a previous call's `output_lstm_state` as the original, stateful implementations do.
+
+    Speed: no work is spent on padding, the character CNN runs once per distinct word of the batch, and without
+    autograd (`torch.inference_mode()`) the CPU matrix products go through oneDNN (see `linear`); training uses the
+    same code with autograd. Long inputs: there is no length limit; the character CNN runs on chunks of
+    `ElmoCharacterEncoder.chunk_size` words and the input-to-gate products on blocks of `GATE_INPUT_BLOCK_ROWS` rows,
+    so memory grows linearly with the number of words (a 5,000-word document is one call).
     """
 
     def __init__(self, config: ElmoConfig):
@@ -429,14 +517,16 @@ class ElmoModel(ElmoPreTrainedModel):
             input_ids = input_ids.gather(1, gather_order.unsqueeze(-1).expand_as(input_ids))
             mask = mask.gather(1, gather_order)
 
-        # The char CNN runs on real words and the two boundary tokens only, never on padding.
+        # The char CNN runs once per distinct word of the batch (and the two boundary tokens), never on padding.
         chars = self.config.max_characters_per_token
         boundary_ids = torch.tensor(
             [word_to_char_ids(BEGIN_SENTENCE_TOKEN, chars), word_to_char_ids(END_SENTENCE_TOKEN, chars)],
             device=input_ids.device,
         )
-        word_embeddings = self.token_encoder(input_ids[mask])
-        begin_embedding, end_embedding = self.token_encoder(boundary_ids)
+        words = torch.cat([boundary_ids, input_ids[mask]])
+        distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
+        embeddings = self.token_encoder(distinct_ids)[occurrences]
+        begin_embedding, end_embedding, word_embeddings = embeddings[0], embeddings[1], embeddings[2:]
         # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
         tokens = word_embeddings.new_zeros(batch_size, sequence_length + 2, self.config.projection_dim)
         tokens[:, 1 : sequence_length + 1][mask] = word_embeddings

@@ -116,23 +116,28 @@ def test_zero_state_equals_stateless(tiny_model, tokenizer):
 
 
 def test_lstm_with_projection_matches_a_plain_cell():
-    """The scan over a length-sorted batch against a step-by-step loop per row."""
+    """The scan over a packed, length-sorted batch against a step-by-step loop per row."""
     torch.manual_seed(0)
-    lstm_dim, projection_dim, steps = 5, 3, 4
-    gate_inputs = torch.randn(3, steps, 4 * lstm_dim)
+    input_dim, lstm_dim, projection_dim = 2, 5, 3
+    lengths, batch_sizes = [4, 2, 1], [3, 2, 1, 1]
+    inputs = [torch.randn(length, input_dim) for length in lengths]
+    # Packed time-major: step t holds the rows still running at t.
+    packed = torch.stack([inputs[row][step] for step, active in enumerate(batch_sizes) for row in range(active)])
+    input_weight = torch.randn(4 * lstm_dim, input_dim)
     weight, bias = torch.randn(4 * lstm_dim, projection_dim), torch.randn(4 * lstm_dim)
     projection = torch.randn(projection_dim, lstm_dim)
     initial = (torch.randn(3, projection_dim), torch.randn(3, lstm_dim))
-    lengths = [4, 2, 1]
-    outputs, (hidden, cell) = lstm_with_projection(gate_inputs, [3, 2, 1, 1], weight, bias, projection, initial, 0.5, 0.7)
+    outputs, (hidden, cell) = lstm_with_projection(
+        packed, batch_sizes, input_weight, weight, bias, projection, initial, 0.5, 0.7
+    )
+    positions = [[sum(batch_sizes[:step]) + row for step in range(length)] for row, length in enumerate(lengths)]
     for row, length in enumerate(lengths):
         h, c = initial[0][row], initial[1][row]
         for step in range(length):
-            i, f, g, o = (gate_inputs[row, step] + weight @ h + bias).chunk(4)
+            i, f, g, o = (input_weight @ inputs[row][step] + weight @ h + bias).chunk(4)
             c = (torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)).clamp(-0.5, 0.5)
             h = (projection @ (torch.sigmoid(o) * torch.tanh(c))).clamp(-0.7, 0.7)
-            torch.testing.assert_close(outputs[row, step], h)
-        assert torch.all(outputs[row, length:] == 0)
+            torch.testing.assert_close(outputs[positions[row][step]], h)
         torch.testing.assert_close(hidden[row], h)
         torch.testing.assert_close(cell[row], c)
 
