@@ -47,6 +47,7 @@ def onednn_linear_available(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
         and weight.dtype == inputs.dtype
         and weight.is_contiguous()
         and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
         and not (torch.is_grad_enabled() and (inputs.requires_grad or weight.requires_grad))
     )
 
