@@ -15,7 +15,9 @@ configuration runs `--repeats` times and the median is reported. Tokenization is
 Every configuration runs in its own process (so its peak RSS is its own); the machine's limits are measured (in a
 child process) before and after each configuration, and the median of those two samples is the row's limit:
 - GEMM: fp32 4096 x 4096 x 4096 matrix product, the faster of MKL (`torch.mm`) and oneDNN (`elmo_hf`'s `linear`).
-- bandwidth: read bandwidth of a 512 MiB sum.
+- bandwidth: read bandwidth of a 512 MiB sum (memory), and of sums over the recurrent weights of one cell (one layer
+  and direction: the working set of a time step, since the model runs each cell over the whole batch in turn; on a
+  CPU whose cache holds it, this is the cache's bandwidth, the real limit at batch 1).
 Columns:
 - tok/s, sent/s: real words (no `<S>`, `</S>`) and sentences per second.
 - GFLOP/s: tok/s times the architecture's FLOPs per word (`elmo_reference.md` §7); useful work only, so boundary
@@ -23,6 +25,7 @@ Columns:
 - of GEMM: GFLOP/s / GEMM GFLOP/s (the batch-64 target).
 - stream: weight-streaming bound in words/s: bandwidth / bytes of recurrent and projection weights that each time
   step reads, times words / (words + 2 boundaries per sentence); "of stream" is tok/s over it (the batch-1 target).
+  "cell BW" and "of cell stream": the same bound with the bandwidth over one cell's weights.
 - RSS: peak resident memory of the configuration's process.
 - diff: max abs difference of all layers against `plain_elmo.py` (a plain step-by-step computation, same dtype) on
   the first sentences; with `--dtype bfloat16`, "bf16 dev" is the max abs deviation from the float32 model.
@@ -71,10 +74,14 @@ def flops_per_word(config: ElmoConfig) -> float:
     return conv + highway + projection + lstm
 
 
+def cell_recurrent_bytes(config: ElmoConfig, element_size: int) -> int:
+    """Bytes of the hidden-to-gate and projection weights of one cell (one layer and direction)."""
+    return (4 * config.lstm_dim * config.projection_dim + config.lstm_dim * config.projection_dim) * element_size
+
+
 def recurrent_bytes_per_step(config: ElmoConfig, element_size: int) -> int:
     """Bytes of hidden-to-gate and projection weights that one time step of all layers and directions reads."""
-    per_cell = 4 * config.lstm_dim * config.projection_dim + config.lstm_dim * config.projection_dim
-    return config.num_layers * 2 * per_cell * element_size
+    return config.num_layers * 2 * cell_recurrent_bytes(config, element_size)
 
 
 def synthetic_corpus(num_sentences: int, seed: int = 0) -> list[list[str]]:
@@ -126,9 +133,9 @@ def gemm_gflops(device: torch.device) -> float:
     return 2 * size**3 / best / 1e9
 
 
-def bandwidth_gbs(device: torch.device) -> float:
-    """Read bandwidth: the best of five sums over 512 MiB."""
-    data = torch.ones(128 * 1024 * 1024, device=device)
+def bandwidth_gbs(device: torch.device, num_bytes: int = 512 * 2**20) -> float:
+    """Read bandwidth: the best of five sums over `num_bytes` (512 MiB: memory, beyond any cache)."""
+    data = torch.ones(num_bytes // 4, device=device)
     data.sum()
     best = min(timed(data.sum, device) for _ in range(5))
     return data.numel() * 4 / best / 1e9
@@ -217,11 +224,12 @@ def run_configuration(args) -> dict:
 def format_table(rows: list[dict]) -> str:
     header = (
         "| model | batch | dtype | tok/s | sent/s | GFLOP/s | GEMM GFLOP/s | of GEMM | BW GB/s | stream tok/s | "
-        "of stream | peak RSS GiB | max abs diff vs plain | runs tok/s |"
+        "of stream | cell BW GB/s | of cell stream | peak RSS GiB | max abs diff vs plain | runs tok/s |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for row in rows:
         stream = row["bandwidth"] * 1e9 / row["stream_bytes"] * row["boundary_factor"]
+        cell_stream = row["cell_bandwidth"] * 1e9 / row["stream_bytes"] * row["boundary_factor"]
         diff = f"{row['diff']:.1e}"
         if row["bf16_deviation"] is not None:
             diff += f" (bf16 dev {row['bf16_deviation']:.1e})"
@@ -229,7 +237,8 @@ def format_table(rows: list[dict]) -> str:
             f"| {row['model']} | {row['batch']} | {row['dtype']} | {row['tokens_per_s']:.0f} | "
             f"{row['sentences_per_s']:.1f} | {row['gflops']:.1f} | {row['gemm']:.0f} | "
             f"{row['gflops'] / row['gemm']:.0%} | {row['bandwidth']:.1f} | {stream:.0f} | "
-            f"{row['tokens_per_s'] / stream:.0%} | {row['peak_gib']:.2f} | {diff} | "
+            f"{row['tokens_per_s'] / stream:.0%} | {row['cell_bandwidth']:.1f} | "
+            f"{row['tokens_per_s'] / cell_stream:.0%} | {row['peak_gib']:.2f} | {diff} | "
             f"{', '.join(f'{r:.0f}' for r in row['runs'])} |"
         )
     return "\n".join(lines)
@@ -256,7 +265,13 @@ def main() -> int:
     if args.limits:
         torch.set_num_threads(args.threads)
         device = torch.device(args.device)
-        print(json.dumps([gemm_gflops(device), bandwidth_gbs(device)]))
+        cell_bytes = {
+            model: cell_recurrent_bytes(ElmoConfig(**ARCHITECTURES[model]), DTYPES[dtype].itemsize)
+            for model in args.models
+            for dtype in args.dtype
+        }
+        cell_bandwidths = {model: bandwidth_gbs(device, num_bytes) for model, num_bytes in cell_bytes.items()}
+        print(json.dumps([gemm_gflops(device), bandwidth_gbs(device), cell_bandwidths]))
         return 0
     if args.worker:
         args.model, batch, args.dtype = args.worker
@@ -265,9 +280,10 @@ def main() -> int:
         return 0
 
     def limits() -> tuple[float, float]:
-        """GEMM GFLOP/s and bandwidth GB/s, measured in a child so that this process stays small (a worker's
-        `ru_maxrss` starts from its parent's peak: Linux keeps it across exec)."""
+        """GEMM GFLOP/s, bandwidth GB/s and bandwidth over one cell's weights per model, measured in a child so that
+        this process stays small (a worker's `ru_maxrss` starts from its parent's peak: Linux keeps it across exec)."""
         command = [sys.executable, __file__, "--limits", "--threads", str(args.threads), "--device", args.device]
+        command += ["--models", *args.models, "--dtype", *args.dtype]
         return tuple(json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout))
 
     samples = [limits()]
@@ -292,6 +308,7 @@ def main() -> int:
                 samples.append(limits())
                 row["gemm"] = statistics.median(sample[0] for sample in samples[-2:])
                 row["bandwidth"] = statistics.median(sample[1] for sample in samples[-2:])
+                row["cell_bandwidth"] = statistics.median(sample[2][model] for sample in samples[-2:])
                 rows.append(row)
                 print(
                     f"{model} batch {batch} {dtype}: {row['tokens_per_s']:.0f} tok/s "
@@ -300,8 +317,8 @@ def main() -> int:
                     flush=True,
                 )
     print(
-        f"load average after: {os.getloadavg()[0]:.2f}; limit samples (GEMM GFLOP/s, GB/s): "
-        + ", ".join(f"({g:.0f}, {b:.1f})" for g, b in samples)
+        f"load average after: {os.getloadavg()[0]:.2f}; limit samples (GEMM GFLOP/s, GB/s, cell GB/s): "
+        + ", ".join(f"({g:.0f}, {b:.1f}, {'/'.join(f'{c:.0f}' for c in cells.values())})" for g, b, cells in samples)
     )
     print(format_table(rows))
     return 0

@@ -6,7 +6,7 @@ from conftest import tiny_config
 
 from benchmarks.plain_elmo import plain_elmo_layers
 from elmo_hf import ElmoModel, modeling_elmo
-from elmo_hf.modeling_elmo import linear, onednn_linear_available
+from elmo_hf.modeling_elmo import linear, onednn_linear_available, onednn_weight
 
 SENTENCES = [
     ["The", "cat", "sat", "on", "the", "mat", "."],
@@ -36,6 +36,45 @@ def test_linear_uses_onednn_only_without_autograd_and_agrees_with_addmm():
     outputs = linear(inputs, weight, bias, add=add)
     assert outputs.requires_grad
     torch.testing.assert_close(outputs, expected)
+
+
+def test_onednn_weight_is_reordered_once_and_remade_when_the_weight_changes():
+    torch.manual_seed(0)
+    weight, inputs = torch.nn.Parameter(torch.randn(11, 7)), torch.randn(5, 7)
+    with torch.inference_mode():
+        packed = onednn_weight(weight)
+        assert onednn_weight(weight) is packed
+        expected = inputs @ weight.t()
+        torch.testing.assert_close(linear(inputs, weight, weight_onednn=packed), expected, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        weight.mul_(2)  # an in-place update, as an optimizer step
+    with torch.inference_mode():
+        assert onednn_weight(weight) is not packed
+        updated = linear(inputs, weight, weight_onednn=onednn_weight(weight))
+        torch.testing.assert_close(updated, inputs @ weight.t(), atol=1e-5, rtol=1e-5)
+        inference_weight = torch.randn(11, 7)
+        assert onednn_weight(inference_weight) is inference_weight  # inference tensors have no version to track
+
+
+def test_inference_follows_weight_updates_and_loaded_weights(tokenizer):
+    """The oneDNN copies of the LSTM weights never go stale: after an optimizer step or `load_state_dict`, inference
+    equals a fresh model holding the same weights."""
+    torch.manual_seed(0)
+    model, inputs = ElmoModel(tiny_config()).eval(), encode(tokenizer, SENTENCES)
+    with torch.inference_mode():
+        model(**inputs)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for parameter in model.parameters():
+        parameter.grad = torch.randn_like(parameter)
+    optimizer.step()
+    fresh = ElmoModel(tiny_config()).eval()
+    fresh.load_state_dict(model.state_dict())
+    with torch.inference_mode():
+        torch.testing.assert_close(model(**inputs).last_hidden_state, fresh(**inputs).last_hidden_state)
+        torch.manual_seed(1)
+        model.load_state_dict(ElmoModel(tiny_config()).state_dict())
+        fresh.load_state_dict(model.state_dict())
+        torch.testing.assert_close(model(**inputs).last_hidden_state, fresh(**inputs).last_hidden_state)
 
 
 def test_fast_path_equals_the_plain_step_by_step_computation(tiny_model, tokenizer):
