@@ -1,0 +1,40 @@
+"""The benchmark scripts run end to end and report agreement with the exact computation (speed is not asserted)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def run_script(name: str, *arguments: str) -> list[list[str]]:
+    """Runs a benchmark script; returns the cells of its markdown table's data rows."""
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *arguments], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    header, *rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return [dict(zip(header, row)) for row in rows]
+
+
+def test_inference_benchmark_prints_a_row_per_configuration_within_tolerance_of_plain():
+    rows = run_script(
+        "bench_inference.py", *"--models small --batch-sizes 1 3 --sentences 5 --repeats 1 --threads 1".split()
+    )
+    assert [(row["model"], row["batch"]) for row in rows] == [("small", "1"), ("small", "3")]
+    for row in rows:
+        assert float(row["tok/s"]) > 0 and 0 < float(row["GEMM GFLOP/s"]) and 0 < float(row["cell BW GB/s"])
+        assert float(row["max abs diff vs plain"]) <= 1e-5
+
+
+def test_recurrent_step_benchmark_compares_every_variant_with_eager():
+    rows = run_script("bench_recurrent_step.py", *"--model small --rows 2 --steps 2 --repeats 1".split())
+    assert [row["variant"] for row in rows] == [
+        "eager (elmo_hf)",
+        "eager, plain weights",
+        "TorchScript cell update",
+        "torch.compile cell update",
+        "torch.compile step",
+    ]
+    assert all(float(row["max abs diff vs eager"]) <= 1e-5 for row in rows)
