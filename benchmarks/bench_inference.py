@@ -228,8 +228,10 @@ def format_table(rows: list[dict]) -> str:
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for row in rows:
-        stream = row["bandwidth"] * 1e9 / row["stream_bytes"] * row["boundary_factor"]
-        cell_stream = row["cell_bandwidth"] * 1e9 / row["stream_bytes"] * row["boundary_factor"]
+        stream, cell_stream = (
+            bandwidth * 1e9 / row["stream_bytes"] * row["boundary_factor"]
+            for bandwidth in (row["bandwidth"], row["cell_bandwidth"])
+        )
         diff = f"{row['diff']:.1e}"
         if row["bf16_deviation"] is not None:
             diff += f" (bf16 dev {row['bf16_deviation']:.1e})"
@@ -265,12 +267,13 @@ def main() -> int:
     if args.limits:
         torch.set_num_threads(args.threads)
         device = torch.device(args.device)
-        cell_bytes = {
-            model: cell_recurrent_bytes(ElmoConfig(**ARCHITECTURES[model]), DTYPES[dtype].itemsize)
+        cell_bandwidths = {
+            f"{model} {dtype}": bandwidth_gbs(
+                device, cell_recurrent_bytes(ElmoConfig(**ARCHITECTURES[model]), DTYPES[dtype].itemsize)
+            )
             for model in args.models
             for dtype in args.dtype
         }
-        cell_bandwidths = {model: bandwidth_gbs(device, num_bytes) for model, num_bytes in cell_bytes.items()}
         print(json.dumps([gemm_gflops(device), bandwidth_gbs(device), cell_bandwidths]))
         return 0
     if args.worker:
@@ -279,9 +282,10 @@ def main() -> int:
         print(json.dumps(run_configuration(args)))
         return 0
 
-    def limits() -> tuple[float, float]:
-        """GEMM GFLOP/s, bandwidth GB/s and bandwidth over one cell's weights per model, measured in a child so that
-        this process stays small (a worker's `ru_maxrss` starts from its parent's peak: Linux keeps it across exec)."""
+    def limits() -> tuple[float, float, dict[str, float]]:
+        """GEMM GFLOP/s, bandwidth GB/s and bandwidth over one cell's weights per "model dtype", measured in a child
+        so that this process stays small (a worker's `ru_maxrss` starts from its parent's peak: Linux keeps it across
+        exec)."""
         command = [sys.executable, __file__, "--limits", "--threads", str(args.threads), "--device", args.device]
         command += ["--models", *args.models, "--dtype", *args.dtype]
         return tuple(json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout))
@@ -308,7 +312,7 @@ def main() -> int:
                 samples.append(limits())
                 row["gemm"] = statistics.median(sample[0] for sample in samples[-2:])
                 row["bandwidth"] = statistics.median(sample[1] for sample in samples[-2:])
-                row["cell_bandwidth"] = statistics.median(sample[2][model] for sample in samples[-2:])
+                row["cell_bandwidth"] = statistics.median(sample[2][f"{model} {dtype}"] for sample in samples[-2:])
                 rows.append(row)
                 print(
                     f"{model} batch {batch} {dtype}: {row['tokens_per_s']:.0f} tok/s "

@@ -8,7 +8,7 @@ projection, clipping) is the sequential part of ELMo, run once per time step, la
 is a few large matrix products. This times one step with random weights of a published architecture, without
 autograd, for each way of running it:
 - eager: as `ElmoModel` runs it, with the recurrent weights in oneDNN's layout (`onednn_weight`);
-- eager, plain weights: the same with the weights as stored (oneDNN reorders them at every call);
+- eager, plain weights: the same with the weights handed to oneDNN in their stored layout at every call;
 - TorchScript cell update: `lstm_cell_update` (the element-wise part) compiled by `torch.jit.script`;
 - torch.compile cell update: `lstm_cell_update` compiled by Inductor (its C++ backend fuses the element-wise ops);
 - torch.compile step: the whole `lstm_step` compiled by Inductor from aten operations (plain weights; Inductor
@@ -49,9 +49,9 @@ def main() -> int:
     cell_module = ElmoModel(config).eval().bilm.layers[0].forward_cell
     hidden_to_gates, projection = cell_module.hidden_to_gates.weight, cell_module.projection.weight
     clips = (config.cell_clip, config.projection_clip)
+    onednn = (onednn_weight(hidden_to_gates), onednn_weight(projection))  # once, as the model does per call
 
     def eager(gate_inputs, hidden, cell):
-        onednn = (onednn_weight(hidden_to_gates), onednn_weight(projection))
         return lstm_step(gate_inputs, hidden, cell, hidden_to_gates, projection, *clips, onednn)
 
     def plain_weights(gate_inputs, hidden, cell):

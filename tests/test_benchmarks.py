@@ -7,8 +7,8 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def run_script(name: str, *arguments: str) -> list[list[str]]:
-    """Runs a benchmark script; returns the cells of its markdown table's data rows."""
+def run_script(name: str, *arguments: str) -> list[dict[str, str]]:
+    """Runs a benchmark script; returns its markdown table's data rows, each as {column: cell}."""
     result = subprocess.run(
         [sys.executable, str(BENCHMARKS / name), *arguments], capture_output=True, text=True, timeout=600
     )
