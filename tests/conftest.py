@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from conversion.convert import convert  # noqa: E402
+from elmo_hf.conversion.convert import convert  # noqa: E402
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import FIXTURES
 
-from conversion.convert import ConversionError, convert, main
+from elmo_hf.conversion.convert import ConversionError, convert, main
 from elmo_hf import ElmoModel, ElmoTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,9 +174,9 @@ def test_bad_checkpoints_are_refused_before_writing(tmp_path, make_options, make
 
 def test_wrong_layout_fails_validation_and_leaves_nothing(tmp_path, monkeypatch):
     """A converter that got the gate order wrong is caught by the reference check, and nothing is written."""
-    import conversion.convert
+    import elmo_hf.conversion.convert
 
-    monkeypatch.setattr(conversion.convert, "TF_TO_TORCH_GATES", (0, 1, 2, 3))
+    monkeypatch.setattr(elmo_hf.conversion.convert, "TF_TO_TORCH_GATES", (0, 1, 2, 3))
     output = tmp_path / "out"
     with pytest.raises(ConversionError, match="differs from the reference computation in layer 1"):
         convert(OPTIONS, WEIGHTS, output)

@@ -7,7 +7,7 @@ import pytest
 from conftest import FIXTURES
 from huggingface_hub import ModelCard
 
-from conversion.convert import (
+from elmo_hf.conversion.convert import (
     MODEL_CARDS,
     MODEL_CARDS_DIR,
     ConversionError,

@@ -1,6 +1,6 @@
 """Print the largest absolute differences between elmo-hf and the original ELMo on the fixture checkpoints.
 
-    python -m conversion.parity_report [--fixtures tests/fixtures]
+    python -m elmo_hf.conversion.parity_report [--fixtures tests/fixtures]
 
 For each fixture set: the top layer against the original's stateful outputs (10 batches of 3, `lstm_state` carried),
 the first batch run statelessly, the token layer against `elmo_token_embeddings.hdf5` (allennlp set), and every layer
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from transformers.utils.logging import disable_progress_bar
 
-from conversion.convert import convert, convert_config, read_options, read_weights, reference_layers
+from elmo_hf.conversion.convert import convert, convert_config, read_options, read_weights, reference_layers
 from elmo_hf import ElmoModel, ElmoTokenizer
 
 
@@ -75,7 +75,7 @@ def compare(what: str, pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[str,
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--fixtures", default=Path(__file__).resolve().parents[1] / "tests" / "fixtures", type=Path)
+    parser.add_argument("--fixtures", default=Path("tests") / "fixtures", type=Path)
     args = parser.parse_args()
     disable_progress_bar()
     tokenizer = ElmoTokenizer()

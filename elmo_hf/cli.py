@@ -1,0 +1,57 @@
+# Copyright 2026 The elmo-hf Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The `elmo-hf` command: `elmo-hf SUBCOMMAND [options]`, one subcommand per task.
+
+Each subcommand lives in its own module, which defines `add_arguments(parser)` and `run(args, parser) -> int` (the
+exit status); only the module of the subcommand that runs is imported.
+"""
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module implementing it, one-line summary for `elmo-hf --help`)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "convert": ("elmo_hf.conversion.convert", "convert an original options.json + weights .hdf5 to a Hugging Face folder"),
+}
+
+
+def run_subcommand(name: str, argv: list[str] | None = None) -> int:
+    """Parse `argv` (default: the command line after the subcommand) for subcommand `name` and run it."""
+    module_name, summary = SUBCOMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(
+        prog=f"elmo-hf {name}", description=summary, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    module.add_arguments(parser)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return module.run(args, parser)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `elmo-hf` console command."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
+        width = max(map(len, SUBCOMMANDS))
+        lines = [f"  {name:<{width}}  {summary}" for name, (_, summary) in SUBCOMMANDS.items()]
+        print("usage: elmo-hf SUBCOMMAND [options]   (elmo-hf SUBCOMMAND --help for its options)\n", *lines, sep="\n")
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"\nerror: unknown subcommand {argv[0]!r}", file=sys.stderr)
+            return 2
+        return 0 if argv else 2
+    return run_subcommand(argv[0], argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
