@@ -467,6 +467,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
 
+    def __init__(self, config: ElmoConfig, *inputs, **kwargs):
+        # Fields are checked as they are set, the constraints between them (e.g. scalar_mix_parameters against
+        # num_layers) only as a whole: check again before any module reads the config.
+        config.validate()
+        super().__init__(config, *inputs, **kwargs)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
         super()._init_weights(module)
