@@ -217,7 +217,7 @@ class ElmoConfig(PreTrainedConfig):
         if self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != self.num_layers + 1:
             raise ValueError(
                 f"ElmoConfig.scalar_mix_parameters needs num_layers + 1 = {self.num_layers + 1} values, got "
-                f"{len(self.scalar_mix_parameters)}; to change both, use config.update({{...}}) with both fields."
+                f"{len(self.scalar_mix_parameters)}; change the two together, e.g. with config.update({{...}})."
             )
         if self.concatenate_elmo_to_task_output and self.task_lstm_dim is None:
             raise ValueError(

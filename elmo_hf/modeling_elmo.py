@@ -513,6 +513,17 @@ class ElmoModel(ElmoPreTrainedModel):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
+        if torch.iinfo(input_ids.dtype).max < self.config.char_vocab_size - 1:
+            raise TypeError(
+                f"input_ids has dtype {input_ids.dtype}, which cannot hold character ids up to "
+                f"{self.config.char_vocab_size - 1} (begin/end-of-word are 259/260), so its values have wrapped "
+                "around; keep the torch.long ids ElmoTokenizer returns."
+            )
+        if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+            raise TypeError(
+                f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
+                "return_tensors='pt' or pass torch.tensor(attention_mask)."
+            )
         chars = self.config.max_characters_per_token
         if input_ids.dim() != 3:
             raise ValueError(
@@ -526,11 +537,13 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"input_ids has {input_ids.shape[-1]} character ids per word, but this model reads "
                 f"max_characters_per_token={chars}; tokenize with ElmoTokenizer(max_characters_per_token={chars})."
             )
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.char_vocab_size):
-            raise ValueError(
-                f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
-                f"{int(input_ids.min())}..{int(input_ids.max())}); ELMo ids come from ElmoTokenizer."
-            )
+        if input_ids.numel():
+            low, high = int(input_ids.min()), int(input_ids.max())
+            if low < 0 or high >= self.config.char_vocab_size:
+                raise ValueError(
+                    f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
+                    f"{low}..{high}); ELMo ids come from ElmoTokenizer."
+                )
         if attention_mask is not None:
             if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
                 raise ValueError(
@@ -723,6 +736,8 @@ class ElmoTaskEncoder(nn.Module):
     def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch_size, sequence_length, hidden_size)` -> `(batch_size, sequence_length, 2 * task_lstm_dim)`, zero at
         padding."""
+        if features.shape[1] == 0:  # only texts without words: nothing to run (an LSTM cannot pack zero steps)
+            return features.new_zeros(*features.shape[:2], 2 * self.lstm.hidden_size)
         order = words_first_order(mask)
         if order is not None:
             features = features.gather(1, order.unsqueeze(-1).expand_as(features))
@@ -799,6 +814,14 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
             return penalty
         return penalty * labels.ne(-100).sum() / num_items_in_batch
 
+    @staticmethod
+    def _check_labels_type(labels: torch.Tensor):
+        if not isinstance(labels, torch.Tensor):
+            raise TypeError(
+                f"labels must be a torch.Tensor, got {type(labels).__name__}; pass torch.tensor(labels) (the data "
+                "collators return tensors)."
+            )
+
     def _check_label_ids(self, labels: torch.Tensor):
         valid = (labels == -100) | ((labels >= 0) & (labels < self.config.num_labels))
         if not bool(valid.all()):
@@ -844,6 +867,7 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
         logits = self.classifier(features)
         loss = None
         if labels is not None:
+            self._check_labels_type(labels)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(
                     f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
@@ -887,10 +911,13 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 Return the biLM's `num_layers + 1` layers.
         """
         features, mask, layers = self._elmo_features(input_ids, attention_mask, output_hidden_states)
+        # A text without words pools to zeros, so its logits are the classifier's bias, alone or in any batch.
         keep = mask.unsqueeze(-1)
         mean = (features * keep).sum(1) / keep.sum(1).clamp(min=1)
-        maximum = features.masked_fill(~keep, float("-inf")).amax(1)
-        maximum = maximum.masked_fill(~keep.any(1), 0.0)
+        if features.shape[1] == 0:
+            maximum = features.new_zeros(features.shape[0], features.shape[2])
+        else:
+            maximum = features.masked_fill(~keep, float("-inf")).amax(1).masked_fill(~keep.any(1), 0.0)
         logits = self.classifier(torch.cat([mean, maximum], dim=-1))
         loss = None
         if labels is not None:
@@ -905,6 +932,12 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=layers if output_hidden_states else None)
 
     def _check_sequence_labels(self, labels: torch.Tensor, batch_size: int):
+        self._check_labels_type(labels)
+        if labels.dim() == 0:
+            raise ValueError(
+                "labels is a 0-dim tensor; it needs a batch axis, shape (batch_size,) or (batch_size, num_labels), "
+                "e.g. torch.tensor([label]) for one sentence."
+            )
         if labels.shape[0] != batch_size:
             raise ValueError(f"labels has {labels.shape[0]} rows for a batch of {batch_size} sentences.")
         if labels.dtype.is_floating_point:

@@ -300,6 +300,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
         word_ids: list[int | None] = list(range(len(words)))
         add_boundaries = add_special_tokens and self.add_bos_eos
         if truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None:
+            if add_boundaries and max_length < 2:
+                raise ValueError(
+                    f"max_length={max_length} cannot hold the <S> and </S> rows that add_bos_eos=True adds; use "
+                    "max_length >= 2 (it counts them) or add_special_tokens=False."
+                )
             keep = max(max_length - (2 if add_boundaries else 0), 0)
             kept = slice(max(len(words) - keep, 0), None) if self.truncation_side == "left" else slice(keep)
             words, offsets, word_ids = words[kept], offsets[kept], word_ids[kept]
@@ -446,7 +451,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if isinstance(encoded_inputs, Mapping) and _scalar_depth(encoded_inputs.get("input_ids")) == 2:
             padded = super().pad({key: [value] for key, value in encoded_inputs.items()}, **pad_kwargs)
             return BatchEncoding({key: value[0] for key, value in padded.items()})
-        return super().pad(encoded_inputs, **pad_kwargs)
+        padded = super().pad(encoded_inputs, **pad_kwargs)
+        if return_tensors is not None:  # a batch of examples without words (data collators) keeps its word axes
+            _restore_empty_axes(padded, self.max_characters_per_token)
+        return padded
 
     def _pad(
         self,
@@ -496,11 +504,18 @@ def _special_token(token: str | AddedToken) -> AddedToken:
 
 
 def _restore_empty_axes(encoding: BatchEncoding, max_characters_per_token: int) -> None:
-    """Give tensors of examples without words their trailing axes, e.g. `input_ids` `(1, 0)` -> `(1, 0, 50)`."""
-    for key, width in (("input_ids", max_characters_per_token), ("offset_mapping", 2)):
+    """Give tensors of examples without words (or of an empty batch) their full shape, e.g. `input_ids` `(1, 0)` ->
+    `(1, 0, 50)` and `attention_mask` `(0,)` -> `(0, 0)`."""
+    trailing_axes = {
+        "input_ids": (max_characters_per_token,),
+        "offset_mapping": (2,),
+        "attention_mask": (),
+        "special_tokens_mask": (),
+    }
+    for key, axes in trailing_axes.items():
         value = encoding.get(key)
-        if value is not None and value.ndim < 3 and 0 in value.shape:
-            encoding[key] = value.reshape(value.shape[0], 0, width)
+        if value is not None and value.ndim < 2 + len(axes) and 0 in value.shape:
+            encoding[key] = value.reshape(value.shape[0], 0, *axes)
 
 
 __all__ = ["ElmoTokenizer"]

@@ -302,6 +302,11 @@ def validate(model: ElmoModel, arrays: dict[str, np.ndarray], tokenizer: ElmoTok
     with torch.no_grad():
         actual = model(**inputs, output_hidden_states=True).hidden_states
     for index, (ours, reference) in enumerate(zip(actual, expected)):
+        if not (np.isfinite(reference).all() and bool(torch.isfinite(ours).all())):
+            raise ConversionError(
+                f"the checkpoint's weights give non-finite values (NaN or inf) in layer {index} on the self-check "
+                "sentence; the weights file holds NaN or inf, or values too large for float32."
+            )
         difference = float(np.abs(ours[0].double().numpy() - reference).max())
         if not np.allclose(ours[0].double().numpy(), reference, atol=1e-5, rtol=1e-4):
             raise ConversionError(
