@@ -13,6 +13,7 @@
 # limitations under the License.
 """Character-level tokenizer for ELMo: one row of UTF-8 byte ids per word."""
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,9 @@ CHAR_VOCAB_SIZE = 262
 
 BEGIN_SENTENCE_TOKEN = "<S>"
 END_SENTENCE_TOKEN = "</S>"
+
+# Code points that UTF-8 cannot encode; in a Python str they are always unpaired.
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 # Names of the word-structure characters in the character vocabulary (bytes are named by `chr(byte)`).
 _NAMED_CHARS = {"<bow>": BEGIN_WORD_CHAR_ID, "<eow>": END_WORD_CHAR_ID, "<char_pad>": PADDING_WITHIN_WORD_CHAR_ID}
@@ -210,8 +214,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return 2 if self.add_bos_eos else 0
 
     def _split_words(self, text: str) -> list[tuple[str, tuple[int, int]]]:
-        """Split raw text into words with their `(start, end)` character offsets in `text`."""
-        return self._pre_tokenizer.pre_tokenize_str(text)
+        """Split raw text into words with their `(start, end)` character offsets in `text`.
+
+        The splitter cannot read lone surrogates (from `errors="surrogateescape"` decoding or JSON `"\\ud800"`), so
+        it sees U+FFFD in their place: one character as well, neither space nor punctuation, so the offsets hold for
+        `text`, and each word is `text[start:end]` (its surrogates, like the original's, then give no bytes).
+        """
+        spans = self._pre_tokenizer.pre_tokenize_str(_LONE_SURROGATE.sub("\ufffd", text))
+        return [(text[start:end], (start, end)) for _, (start, end) in spans]
 
     def tokenize(self, text: str, **kwargs) -> list[str]:
         """Split raw text into the words that become rows of `input_ids`."""
