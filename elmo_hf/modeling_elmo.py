@@ -822,6 +822,13 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
                 "collators return tensors)."
             )
 
+    @staticmethod
+    def _loss_without_labelled_items(logits: torch.Tensor) -> torch.Tensor:
+        """The loss of a batch without a labelled item (texts without words, or every label -100): zero, with zero
+        gradients. The stock mean, or sum over `num_items_in_batch = 0`, is 0/0, and its NaN gradient would spoil
+        every weight it reaches."""
+        return logits.sum() * 0.0
+
     def _check_label_ids(self, labels: torch.Tensor):
         valid = (labels == -100) | ((labels >= 0) & (labels < self.config.num_labels))
         if not bool(valid.all()):
@@ -876,6 +883,8 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
             self._check_label_ids(labels)
             loss = self.loss_function(logits, labels, self.config, **kwargs)
             loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=layers if output_hidden_states else None)
 
 
@@ -929,6 +938,8 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 # sums over it, as the cross-entropy is, so gradient accumulation matches one large batch.
                 loss = loss * labels.ne(-100).sum() / num_items_in_batch
             loss = loss + self._l2_penalty(labels, num_items_in_batch)
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=layers if output_hidden_states else None)
 
     def _check_sequence_labels(self, labels: torch.Tensor, batch_size: int):

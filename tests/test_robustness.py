@@ -312,3 +312,24 @@ def test_nan_weights_are_reported_as_such_not_as_a_wrong_layout(tmp_path):
         convert(FIXTURES / "allennlp" / "options.json", weights, tmp_path / "out")
     assert "layout" not in str(raised.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("num_items_in_batch", [None, 0, 7])
+@pytest.mark.parametrize(
+    ("head", "texts", "labels"),
+    [
+        ("token", ["", "  "], torch.zeros(2, 0, dtype=torch.long)),
+        ("token", ["Ann lives", "Hi"], torch.full((2, 2), -100)),
+        ("sequence", ["", "Hi"], torch.tensor([-100, -100])),
+    ],
+)
+def test_a_batch_without_labelled_items_has_zero_loss_and_gradients(tokenizer, head, texts, labels, num_items_in_batch):
+    """Trainer meets such batches with texts without words (group_by_length batches them together); the stock losses
+    are 0/0 there, and one NaN gradient step ruins every trainable weight."""
+    model = (token_head() if head == "token" else sequence_head()).train()
+    kwargs = {} if num_items_in_batch is None else {"num_items_in_batch": torch.tensor(num_items_in_batch)}
+    loss = model(**tokenizer(texts, padding=True, return_tensors="pt"), labels=labels, **kwargs).loss
+    assert loss.item() == 0.0
+    loss.backward()
+    gradients = [parameter.grad for parameter in model.parameters() if parameter.grad is not None]
+    assert gradients and all(bool((gradient == 0).all()) for gradient in gradients)
