@@ -102,6 +102,10 @@ class ElmoConfig(PreTrainedConfig):
         concatenate_elmo_to_task_output (`bool`, defaults to `False`):
             With a task biLSTM, also concatenate a second, independent ELMo mix to its output (paper §3.3).
 
+    Every field is checked whenever it is set (construction, attribute assignment, `update`, `from_pretrained`
+    keywords), and the relations between fields (`scalar_mix_parameters` against `num_layers`, filter widths against
+    `max_characters_per_token`) once the config is complete and again when a model is built from it.
+
     `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves). Saved
     configs name the model code in `auto_map` and [`ElmoTokenClassificationPipeline`] in `custom_pipelines`, so a
     folder works with `trust_remote_code=True` where elmo-hf is not installed.
@@ -239,6 +243,9 @@ def _is_filter_bank(bank: Any) -> bool:
     return isinstance(bank, (list, tuple)) and len(bank) == 2 and all(_is_int(v) and v >= 1 for v in bank)
 
 
+_POSITIVE_INT = (lambda v: _is_int(v) and v >= 1, "a positive integer")
+_CLIP = (lambda v: v is None or (_is_number(v) and v > 0), "positive or None (no clipping), and finite")
+_NON_NEGATIVE = (lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
 # Each field's own constraint, checked whenever it is set: (test, what a valid value is).
 _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "char_vocab_size": (
@@ -249,31 +256,28 @@ _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: _is_int(v) and v >= 3,
         "an integer of at least 3 (begin-of-word, one byte, end-of-word)",
     ),
-    "char_embedding_dim": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "char_embedding_dim": _POSITIVE_INT,
     "filters": (
         lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_filter_bank(bank) for bank in v),
         "a non-empty list of [width, num_filters] banks of positive integers",
     ),
     "activation": (lambda v: v in ELMO_ACTIVATIONS, f"one of {ELMO_ACTIVATIONS}"),
     "num_highway_layers": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-    "projection_dim": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
-    "lstm_dim": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
-    "num_layers": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
-    "cell_clip": (lambda v: v is None or (_is_number(v) and v > 0), "positive or None (no clipping), and finite"),
-    "projection_clip": (
-        lambda v: v is None or (_is_number(v) and v > 0),
-        "positive or None (no clipping), and finite",
-    ),
-    "initializer_range": (lambda v: _is_number(v) and v >= 0, "a finite number >= 0"),
+    "projection_dim": _POSITIVE_INT,
+    "lstm_dim": _POSITIVE_INT,
+    "num_layers": _POSITIVE_INT,
+    "cell_clip": _CLIP,
+    "projection_clip": _CLIP,
+    "initializer_range": _NON_NEGATIVE,
     "scalar_mix_parameters": (
         lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_number(w) for w in v)),
         "None (learned weights) or num_layers + 1 finite numbers",
     ),
     "scalar_mix_layer_norm": (lambda v: v in SCALAR_MIX_LAYER_NORMS, f"one of {SCALAR_MIX_LAYER_NORMS}"),
     "elmo_dropout": (lambda v: _is_number(v) and 0 <= v < 1, "in [0, 1) (1 would zero every ELMo vector)"),
-    "scalar_mix_l2_coefficient": (lambda v: _is_number(v) and v >= 0, "a finite number >= 0"),
+    "scalar_mix_l2_coefficient": _NON_NEGATIVE,
     "task_lstm_dim": (lambda v: v is None or (_is_int(v) and v >= 1), "a positive integer or None (no task biLSTM)"),
-    "task_lstm_layers": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "task_lstm_layers": _POSITIVE_INT,
 }
 
 
