@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import FIXTURES, tiny_config
-from transformers import AutoConfig, DataCollatorForTokenClassification, pipeline
+from transformers import AutoConfig, DataCollatorForTokenClassification, Trainer, TrainingArguments, pipeline
 
 from elmo_hf import (
     ElmoConfig,
@@ -333,3 +333,21 @@ def test_a_batch_without_labelled_items_has_zero_loss_and_gradients(tokenizer, h
     loss.backward()
     gradients = [parameter.grad for parameter in model.parameters() if parameter.grad is not None]
     assert gradients and all(bool((gradient == 0).all()) for gradient in gradients)
+
+
+def test_trainer_on_texts_without_words_keeps_every_weight_finite(tokenizer, tmp_path):
+    """group_by_length puts the texts without words of a dataset into the same batches: training must go on."""
+    model = token_head()
+    before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    texts = ["", "  ", "", "\n", "Ann lives here", "Bo went home"]
+    train = [{**tokenizer(text), "labels": [0] * len(tokenizer.tokenize(text))} for text in texts]
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
+        disable_tqdm=True, seed=0, learning_rate=0.05, per_device_train_batch_size=2, max_steps=3,
+        train_sampling_strategy="group_by_length",
+    )
+    Trainer(
+        model=model, args=arguments, train_dataset=train, data_collator=DataCollatorForTokenClassification(tokenizer)
+    ).train()
+    assert all(bool(torch.isfinite(parameter).all()) for parameter in model.parameters())
+    assert not torch.equal(model.classifier.weight, before["classifier.weight"])  # the words' batch did train
