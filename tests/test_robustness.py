@@ -323,7 +323,9 @@ def test_nan_weights_are_reported_as_such_not_as_a_wrong_layout(tmp_path):
         ("sequence", ["", "Hi"], torch.tensor([-100, -100])),
     ],
 )
-def test_a_batch_without_labelled_items_has_zero_loss_and_gradients(tokenizer, head, texts, labels, num_items_in_batch):
+def test_a_batch_without_labelled_items_has_zero_loss_and_gradients(
+    tokenizer, head, texts, labels, num_items_in_batch
+):
     """Trainer meets such batches with texts without words (group_by_length batches them together); the stock losses
     are 0/0 there, and one NaN gradient step ruins every trainable weight."""
     model = (token_head() if head == "token" else sequence_head()).train()
