@@ -212,6 +212,11 @@ class ElmoConfig(PreTrainedConfig):
         super().validate_architecture()
         for name in _FIELD_RULES:
             _check_field(name, getattr(self, name))
+        if self.char_vocab_size < CHAR_VOCAB_SIZE:
+            raise ValueError(
+                f"ElmoConfig.char_vocab_size must be at least {CHAR_VOCAB_SIZE} (ELMo's character ids), got "
+                f"{self.char_vocab_size}."
+            )
         for width, _ in self.filters:
             if width > self.max_characters_per_token:
                 raise ValueError(
@@ -248,10 +253,7 @@ _CLIP = (lambda v: v is None or (_is_number(v) and v > 0), "positive or None (no
 _NON_NEGATIVE = (lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
 # Each field's own constraint, checked whenever it is set: (test, what a valid value is).
 _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "char_vocab_size": (
-        lambda v: _is_int(v) and v >= CHAR_VOCAB_SIZE,
-        f"an integer of at least {CHAR_VOCAB_SIZE} (ELMo's character ids)",
-    ),
+    "char_vocab_size": _POSITIVE_INT,
     "max_characters_per_token": (
         lambda v: _is_int(v) and v >= 3,
         "an integer of at least 3 (begin-of-word, one byte, end-of-word)",

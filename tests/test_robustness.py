@@ -24,7 +24,7 @@ TAGS = {0: "O", 1: "B-PER", 2: "B-LOC"}
 
 # One value per field that breaks the field's own rule, with the words the error must contain.
 BAD_FIELD_VALUES = [
-    ("char_vocab_size", 100, "char_vocab_size must be an integer of at least 262"),
+    ("char_vocab_size", 0, "char_vocab_size must be a positive integer"),
     ("max_characters_per_token", 2, "max_characters_per_token must be an integer of at least 3"),
     ("char_embedding_dim", 0, "char_embedding_dim must be a positive integer"),
     ("filters", [[2]], r"\[width, num_filters\]"),
@@ -93,7 +93,7 @@ def test_bad_field_is_refused_by_update_which_changes_nothing(field, value, mess
 
 @pytest.mark.parametrize(
     ("alias", "value", "message"),
-    [("vocab_size", 10, "char_vocab_size must be"), ("num_hidden_layers", 0, "num_layers must be")],
+    [("vocab_size", 0, "char_vocab_size must be"), ("num_hidden_layers", 0, "num_layers must be")],
 )
 def test_aliases_are_checked_as_their_fields(alias, value, message):
     config = tiny_config()
@@ -138,6 +138,10 @@ def test_building_a_model_checks_the_config_again(model_class):
     config.filters = [[7, 4]]
     config.max_characters_per_token = 5
     with pytest.raises(Exception, match="width 7, wider than max_characters_per_token"):
+        model_class(config)
+    config = tiny_config(id2label=TAGS)
+    config.char_vocab_size = 100
+    with pytest.raises(Exception, match="char_vocab_size must be at least 262"):
         model_class(config)
     config = tiny_config(id2label=TAGS)
     config.__dict__["cell_clip"] = -1.0  # behind __setattr__
