@@ -1,5 +1,5 @@
 """README's Guarantees that no other test module covers: bitwise determinism (repeated calls, threads sharing a
-model, a fresh process) and loading without unpickling anything."""
+model, a fresh process), loading without unpickling anything, and folder code run only when trusted."""
 
 import os
 import pickle
@@ -90,3 +90,33 @@ def test_loading_never_unpickles(converted, tmp_path, monkeypatch):
     AutoModel.from_pretrained(converted["allennlp"])
     AutoTokenizer.from_pretrained(converted["allennlp"])
     AutoModelForTokenClassification.from_pretrained(head_folder)
+
+
+TRUST_SCRIPT = """
+import sys
+sys.modules["elmo_hf"] = None  # as where elmo-hf is not installed: the folder's own code is all there is
+from transformers import AutoModel
+
+try:
+    AutoModel.from_pretrained(sys.argv[1])
+except ValueError as error:
+    print("refused:", "trust_remote_code" in str(error))
+"""
+
+
+def test_folder_code_runs_only_with_trust_remote_code(converted, tmp_path):
+    """A folder's model code (here with a line that leaves a mark) is not run unless the caller trusts it."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    mark = tmp_path / "ran"
+    for path in Path(converted["allennlp"]).iterdir():
+        (folder / path.name).write_bytes(path.read_bytes())
+    for name in ("configuration_elmo.py", "modeling_elmo.py"):
+        with open(folder / name, "a") as file:
+            file.write(f"\nopen({str(mark)!r}, 'w').close()\n")
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    completed = subprocess.run(
+        [sys.executable, "-c", TRUST_SCRIPT, str(folder)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert "refused: True" in completed.stdout, completed.stderr[-2000:]
+    assert not mark.exists()
