@@ -1,4 +1,4 @@
-"""model_cards/: every released checkpoint's card, its Hub metadata, its facts, and how convert.py writes it."""
+"""elmo_hf/conversion/model_cards/: every released checkpoint's card, its Hub metadata, its facts, and how convert.py writes it."""
 
 import math
 import re
@@ -7,19 +7,10 @@ import pytest
 from conftest import FIXTURES
 from huggingface_hub import ModelCard
 
-from elmo_hf.conversion.convert import (
-    MODEL_CARDS,
-    MODEL_CARDS_DIR,
-    ConversionError,
-    architecture_name,
-    convert,
-    convert_config,
-    main,
-    model_card,
-    original_shapes,
-    read_options,
-)
 from elmo_hf import ElmoConfig
+from elmo_hf.conversion.checkpoint import ConversionError, convert_config, original_shapes, read_options
+from elmo_hf.conversion.convert import convert, main
+from elmo_hf.conversion.hub import MODEL_CARDS, MODEL_CARDS_DIR, PLACEHOLDER_REPO_ID, architecture_name, model_card
 
 OPTIONS = FIXTURES / "allennlp" / "options.json"
 WEIGHTS = FIXTURES / "allennlp" / "lm_weights.hdf5"
@@ -109,12 +100,22 @@ def test_card_trainer_example_runs(name, converted, tmp_path):
 
 
 def test_generic_card(converted):
+    """Without --push-to-hub the usage code loads a neutral placeholder, never the local --output path."""
     text = (converted["allennlp"] / "README.md").read_text()
     data = ModelCard(text).data
     assert data.library_name == "transformers" and data.license == "apache-2.0" and data.language == "en"
     assert "elmo" in data.tags
     assert "# ELMo biLM (2x64_16_124cnn_2xhighway)" in text
-    assert f'from_pretrained("{converted["allennlp"]}", trust_remote_code=True)' in text
+    assert f'from_pretrained("{PLACEHOLDER_REPO_ID}", trust_remote_code=True)' in text
+    assert str(converted["allennlp"]) not in text and converted["allennlp"].name not in text
+
+
+def test_named_card_without_push_uses_the_placeholder(tmp_path, monkeypatch):
+    monkeypatch.setitem(MODEL_CARDS, "small", architecture_name(convert_config(read_options(OPTIONS))))
+    folder = convert(OPTIONS, WEIGHTS, tmp_path / "elmo-small", model_card_name="small")
+    readme = (folder / "README.md").read_text()
+    assert f'from_pretrained("{PLACEHOLDER_REPO_ID}", trust_remote_code=True)' in readme
+    assert str(tmp_path) not in readme
 
 
 def test_convert_writes_the_named_card(tmp_path, monkeypatch):
