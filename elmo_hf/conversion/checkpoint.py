@@ -277,7 +277,7 @@ def _value_problems(name: str, array: np.ndarray) -> list[str]:
         first = tuple(int(i) for i in np.argwhere(~finite)[0])
         problems.append(
             f"dataset {name!r} holds {int((~finite).sum())} non-finite values (NaN or inf), the first "
-            f"{array[first]!r} at index {first}"
+            f"{float(array[first])!r} at index {first}"
         )
     cast = array.astype(np.float32)
     lossy = (finite & ~np.isfinite(cast)) | ((array != 0) & (cast == 0))
@@ -325,6 +325,7 @@ def read_weights(path: str | os.PathLike, config: ElmoConfig) -> dict[str, np.nd
     if problems:
         raise ConversionError(
             f"weights file {path} cannot be converted:\n  - " + "\n  - ".join(problems)
-            + "\nCheck that --options and --weights belong to the same checkpoint and that the file is the released one."
+            + "\nCheck that --options and --weights belong to the same checkpoint, and that the weights file is the one "
+            "released, complete and unmodified."
         )
     return arrays

@@ -169,6 +169,20 @@ def clean_leftovers(parent: Path, report: Callable[[str], None]) -> None:
             report(f"removed {path}, the {what} of an interrupted conversion (process {match['pid']})")
 
 
+def _umask() -> int:
+    umask = os.umask(0o077)
+    os.umask(umask)
+    return umask
+
+
+def _respect_umask(folder: Path) -> None:
+    """Gives the files of `folder` the umask's permissions (safetensors writes its file 0600 whatever the umask)."""
+    mode = 0o666 & ~_umask()
+    for path in folder.iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
+
+
 def _staging_path(output: Path, kind: str) -> Path:
     return output.parent / f".{output.name}.elmo-hf-{kind}-{os.getpid()}-{secrets.token_hex(4)}"
 
@@ -177,8 +191,8 @@ def _staging_path(output: Path, kind: str) -> Path:
 def staged_folder(output: Path, overwrite: bool, report: Callable[[str], None]) -> Iterator[Path]:
     """Yields an empty staging folder beside `output` that replaces `output` if the block succeeds.
 
-    On any exception the staging folder is removed and `output` is left as it was. Folders are created with the
-    umask's permissions. `output` must be absolute (`check_output`).
+    On any exception the staging folder is removed and `output` is left as it was. The folder and its files get the
+    umask's permissions, as `save_pretrained` gives them. `output` must be absolute (`check_output`).
     """
     if output.exists() and not output.is_dir():
         raise ConversionError(f"--output {output} is a file; give a folder path.")
@@ -190,6 +204,7 @@ def staged_folder(output: Path, overwrite: bool, report: Callable[[str], None]) 
     staging.mkdir()
     try:
         yield staging
+        _respect_umask(staging)
         if output.exists():
             old = _staging_path(output, "old")
             os.replace(output, old)
