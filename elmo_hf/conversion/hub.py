@@ -164,8 +164,8 @@ def upload_command(folder: Path, args: argparse.Namespace) -> str:
 
 
 def describe_push_error(error: Exception) -> str:
-    """One line for a failed push: the exception's kind and message (HTTP errors carry the server's message)."""
-    message = str(error).strip().splitlines()[0] if str(error).strip() else "no message"
+    """A failed push in one line: the exception's kind (unless an HTTP error, whose status says it) and message."""
+    message = " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or "no message"
     return message if isinstance(error, HfHubHTTPError) else f"{type(error).__name__}: {message}"
 
 
