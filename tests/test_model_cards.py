@@ -1,7 +1,9 @@
-"""elmo_hf/conversion/model_cards/: every released checkpoint's card, its Hub metadata, its facts, and how convert.py writes it."""
+"""elmo_hf/conversion/model_cards/: every released checkpoint's card, its Hub metadata, its facts, how elmo-hf convert
+writes it, and README.md's list of the checkpoints."""
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
@@ -141,3 +143,22 @@ def test_card_for_another_architecture(tmp_path):
                                               r"checkpoint, but the options describe 2x64_16_124cnn_2xhighway"):
         convert(OPTIONS, WEIGHTS, tmp_path / "out", model_card_name="small")
     assert not (tmp_path / "out").exists()
+
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_CARDS))
+def test_readme_gives_each_checkpoint_its_addresses_and_command(name):
+    """README.md lists the download addresses and the convert command of each card, exactly as the card has them."""
+    card = (MODEL_CARDS_DIR / f"{name}.md").read_text()
+    options, weights = (re.search(rf"^- {kind}: <(https://\S+)>$", card, re.MULTILINE).group(1)
+                        for kind in ("options", "weights"))
+    assert options.endswith(f"elmo_{MODEL_CARDS[name]}{'_5.5B' if name == 'original-5.5B' else ''}_options.json")
+    assert weights == options.replace("_options.json", "_weights.hdf5")
+    commands = re.search(r"```bash\n(curl -LO .*?)```", card, re.DOTALL).group(1)
+    assert commands.splitlines()[:2] == [f"curl -LO {options}", f"curl -LO {weights}"]
+    assert f"elmo-hf convert --options {options.rsplit('/', 1)[1]} --weights {weights.rsplit('/', 1)[1]}" in commands
+    assert f"--output elmo-{name} --model-card {name}\n" in commands
+    assert f"# {name}\n{commands}" in README
+    assert f"| `{name}` | {MODEL_CARDS[name]} |" in README

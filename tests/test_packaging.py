@@ -1,6 +1,7 @@
 """The package as pip installs it: the wheel converts without a checkout, and declares exactly what it imports."""
 
 import ast
+import fnmatch
 import importlib.metadata
 import os
 import re
@@ -122,3 +123,18 @@ def test_installed_command_converts_the_fixture(installed, tmp_path):
     python_module = subprocess.run([sys.executable, "-m", "elmo_hf.cli", "convert", "--help"], cwd=tmp_path, env=env,
                                    capture_output=True, text=True, check=True)
     assert "--push-to-hub REPO_ID" in python_module.stdout
+
+
+def ignored(path: str, patterns: list[str]) -> bool:
+    """Whether .gitignore `patterns` (the anchored folder and file globs this repository uses) ignore `path`."""
+    return any(fnmatch.fnmatch(path, pattern.strip("/")) for pattern in patterns if pattern.startswith("/"))
+
+
+def test_gitignore_covers_what_readme_commands_create():
+    readme = (ROOT / "README.md").read_text()
+    created = set(re.findall(r"--output(?:-dir)? ([\w.-]+)", readme))
+    created |= set(re.findall(r'(?:TrainingArguments|save_model)\("([\w.-]+)"', readme))
+    created |= {url.rsplit("/", 1)[1] for url in re.findall(r"curl -LO (\S+)", readme)}
+    assert {"out", "elmo-demo", "elmo-tagger", "elmo-brown-pos", "elmo-small", "elmo-original"} <= created
+    patterns = [line for line in (ROOT / ".gitignore").read_text().splitlines() if line and not line.startswith("#")]
+    assert [name for name in sorted(created) if name != "." and not ignored(name, patterns)] == []

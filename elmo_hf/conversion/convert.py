@@ -125,8 +125,8 @@ def check_output(output: str | os.PathLike, inputs: list[str | os.PathLike]) -> 
         real_input = Path(path).resolve()
         if real == real_input or real in real_input.parents:
             raise ConversionError(
-                f"--output {output} is or holds the input {path}: writing there would replace the checkpoint. Give a new "
-                "folder outside the checkpoint's folder (beside it or inside it is fine)."
+                f"--output {output} is or holds the input {path}: writing there would replace the checkpoint. Give a "
+                "folder that does not hold the checkpoint's files (a new folder beside them or inside theirs is fine)."
             )
     cwd = Path.cwd().resolve()
     if real == cwd or real in cwd.parents:
