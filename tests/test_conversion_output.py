@@ -159,3 +159,11 @@ def test_overwrite_replaces_the_folder_and_leaves_nothing_beside_it(tmp_path):
     assert convert_into(OPTIONS, WEIGHTS, tmp_path / "out", "--overwrite") == 0
     assert not (tmp_path / "out" / "stale.txt").exists() and (tmp_path / "out" / "model.safetensors").is_file()
     assert [path.name for path in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_failed_conversion_leaves_no_parent_folders(tmp_path, capsys):
+    assert convert_into(OPTIONS, OPTIONS, tmp_path / "new" / "deep" / "out") == 2
+    assert "is not an HDF5 file" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    assert convert_into(OPTIONS, WEIGHTS, tmp_path / "new" / "deep" / "out") == 0
+    assert (tmp_path / "new" / "deep" / "out" / "config.json").is_file()

@@ -191,17 +191,20 @@ def _staging_path(output: Path, kind: str) -> Path:
 def staged_folder(output: Path, overwrite: bool, report: Callable[[str], None]) -> Iterator[Path]:
     """Yields an empty staging folder beside `output` that replaces `output` if the block succeeds.
 
-    On any exception the staging folder is removed and `output` is left as it was. The folder and its files get the
+    On any exception the staging folder and the parent folders created for it are removed and `output` is left as
+    it was. The folder and its files get the
     umask's permissions, as `save_pretrained` gives them. `output` must be absolute (`check_output`).
     """
     if output.exists() and not output.is_dir():
         raise ConversionError(f"--output {output} is a file; give a folder path.")
     if output.is_dir() and any(output.iterdir()) and not overwrite:
         raise ConversionError(f"--output {output} is not empty; pass --overwrite to replace it.")
+    missing = [parent for parent in output.parents if not parent.exists()]  # created here, removed on failure
     output.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(output.parent, report)
     staging = _staging_path(output, "partial")
     staging.mkdir()
+    succeeded = False
     try:
         yield staging
         _respect_umask(staging)
@@ -220,8 +223,11 @@ def staged_folder(output: Path, overwrite: bool, report: Callable[[str], None]) 
                        "remove it by hand.")
         else:
             os.replace(staging, output)
+        succeeded = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # already gone if it became `output`
+        for parent in [] if succeeded else missing:
+            parent.rmdir()
 
 
 def convert(options_path: str | os.PathLike, weights_path: str | os.PathLike, output: str | os.PathLike,
