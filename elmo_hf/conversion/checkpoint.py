@@ -269,8 +269,8 @@ def convert_config(options: dict) -> ElmoConfig:
         raise ConversionError(f"options.json describes an invalid architecture: {error}")
 
 
-def _value_problems(name: str, array: np.ndarray) -> list[str]:
-    """Why the values of dataset `name` cannot become float32 weights unchanged: non-finite or lossy values."""
+def _to_float32(name: str, array: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Dataset `name` as float32, and why its values cannot be the weights unchanged: non-finite or lossy values."""
     problems = []
     finite = np.isfinite(array)
     if not finite.all():
@@ -279,7 +279,8 @@ def _value_problems(name: str, array: np.ndarray) -> list[str]:
             f"dataset {name!r} holds {int((~finite).sum())} non-finite values (NaN or inf), the first "
             f"{float(array[first])!r} at index {first}"
         )
-    cast = array.astype(np.float32)
+    with np.errstate(over="ignore", under="ignore"):  # reported below, by value
+        cast = array.astype(np.float32)
     lossy = (finite & ~np.isfinite(cast)) | ((array != 0) & (cast == 0))
     if lossy.any():
         first = tuple(int(i) for i in np.argwhere(lossy)[0])
@@ -287,7 +288,7 @@ def _value_problems(name: str, array: np.ndarray) -> list[str]:
             f"dataset {name!r} is {array.dtype} and {int(lossy.sum())} of its values do not fit float32 (the first, "
             f"{float(array[first])!r} at index {first}, would become {float(cast[first])!r})"
         )
-    return problems
+    return cast, problems
 
 
 def read_weights(path: str | os.PathLike, config: ElmoConfig) -> dict[str, np.ndarray]:
@@ -315,9 +316,8 @@ def read_weights(path: str | os.PathLike, config: ElmoConfig) -> dict[str, np.nd
                 elif dataset.dtype.kind != "f":
                     problems.append(f"dataset {name!r} has dtype {dataset.dtype}; ELMo weights are floating point")
                 else:
-                    array = dataset[()]
-                    problems += _value_problems(name, array)
-                    arrays[name] = array.astype(np.float32)
+                    arrays[name], found = _to_float32(name, dataset[()])
+                    problems += found
     except (OSError, KeyError, RuntimeError) as error:
         raise ConversionError(
             f"weights file {path} cannot be read ({error}); it is probably truncated or damaged: download it again."

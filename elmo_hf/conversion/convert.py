@@ -268,7 +268,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--private", action="store_true", default=None, help="create the repository private")
     parser.add_argument("--revision", help="push to this branch (created if needed) instead of the default branch")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    parser.add_argument("--token", help="Hugging Face token (default: HF_TOKEN or the `hf auth login` one)")
+    parser.add_argument("--token", help="Hugging Face token; if not given, HF_TOKEN or the `hf auth login` one")
     parser.add_argument("--hub-timeout", type=float, default=HUB_TIMEOUT, metavar="SECONDS",
                         help="how long each Hub call may wait to connect or for the next part of an answer")
     parser.add_argument("--hub-retries", type=int, default=HUB_RETRIES, metavar="N",
