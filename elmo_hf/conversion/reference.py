@@ -48,7 +48,8 @@ from .checkpoint import (
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+    with np.errstate(over="ignore"):  # exp(-x) overflows to inf for very negative x: the sigmoid is then 0
+        return 1.0 / (1.0 + np.exp(-x))
 
 
 def _token_layer(arrays: dict[str, np.ndarray], config: ElmoConfig, char_ids: np.ndarray) -> np.ndarray:
