@@ -26,6 +26,7 @@ from .pipeline_elmo import ElmoTokenClassificationPipeline
 from .tokenization_elmo import CHAR_VOCAB_SIZE
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
+ELMO_IMPLEMENTATIONS = ("auto", "eager")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
 # Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
 ELMO_AUTO_MAP = {
@@ -101,6 +102,10 @@ class ElmoConfig(PreTrainedConfig):
             Layers of the task biLSTM.
         concatenate_elmo_to_task_output (`bool`, defaults to `False`):
             With a task biLSTM, also concatenate a second, independent ELMo mix to its output (paper §3.3).
+        elmo_implementation (`str`, defaults to `"auto"`):
+            `"auto"` runs the CPU kernels of `cpu_kernels.py` where they compute the same thing as the model's own
+            modules (CPU, no autograd, float32 or bfloat16, stock layers without hooks); `"eager"` always runs the
+            modules themselves (the reference computation).
 
     Every field is checked whenever it is set (construction, attribute assignment, `update`, `from_pretrained`
     keywords), and the relations between fields (`scalar_mix_parameters` against `num_layers`, filter widths against
@@ -150,6 +155,7 @@ class ElmoConfig(PreTrainedConfig):
     task_lstm_dim: int | None = None
     task_lstm_layers: int = 1
     concatenate_elmo_to_task_output: bool = False
+    elmo_implementation: str = "auto"
     pad_token_id: int | None = 0
     bos_token_id: int | None = 257
     eos_token_id: int | None = 258
@@ -280,6 +286,7 @@ _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "scalar_mix_l2_coefficient": _NON_NEGATIVE,
     "task_lstm_dim": (lambda v: v is None or (_is_int(v) and v >= 1), "a positive integer or None (no task biLSTM)"),
     "task_lstm_layers": _POSITIVE_INT,
+    "elmo_implementation": (lambda v: v in ELMO_IMPLEMENTATIONS, f"one of {ELMO_IMPLEMENTATIONS}"),
 }
 
 

@@ -160,7 +160,7 @@ def test_valid_overrides_still_load(base_folder):
         base_folder, id2label=TAGS, elmo_dropout=0.0, scalar_mix_layer_norm="token", cell_clip=2, task_lstm_dim=3
     )
     assert model.config.elmo_dropout == 0.0 and model.config.cell_clip == 2 and model.config.task_lstm_dim == 3
-    assert model.scalar_mixes[0].layer_norm == "token"
+    assert model.scalar_mix.layer_norm == "token"
 
 
 # Items 4 and 5: text without words, in every head and pipeline.
