@@ -48,6 +48,7 @@ BAD_FIELD_VALUES = [
     ("scalar_mix_l2_coefficient", -1.0, "scalar_mix_l2_coefficient must be a finite number >= 0"),
     ("task_lstm_dim", 0, "task_lstm_dim must be a positive integer or None"),
     ("task_lstm_layers", 0, "task_lstm_layers must be a positive integer"),
+    ("elmo_implementation", "fast", "elmo_implementation must be one of"),
 ]
 FIELD_IDS = [f"{field}={value!r}" for field, value, _ in BAD_FIELD_VALUES]
 
