@@ -352,6 +352,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
 
+    def __init__(self, config: ElmoConfig, *inputs, **kwargs):
+        # Fields are checked as they are set, the constraints between them (e.g. scalar_mix_parameters against
+        # num_layers) only as a whole: check again before any module reads the config.
+        config.validate()
+        super().__init__(config, *inputs, **kwargs)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
         super()._init_weights(module)
@@ -401,6 +407,17 @@ class ElmoModel(ElmoPreTrainedModel):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
+        if torch.iinfo(input_ids.dtype).max < self.config.char_vocab_size - 1:
+            raise TypeError(
+                f"input_ids has dtype {input_ids.dtype}, which cannot hold character ids up to "
+                f"{self.config.char_vocab_size - 1} (begin/end-of-word are 259/260), so its values have wrapped "
+                "around; keep the torch.long ids ElmoTokenizer returns."
+            )
+        if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+            raise TypeError(
+                f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
+                "return_tensors='pt' or pass torch.tensor(attention_mask)."
+            )
         chars = self.config.max_characters_per_token
         if input_ids.dim() != 3:
             raise ValueError(
@@ -414,11 +431,13 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"input_ids has {input_ids.shape[-1]} character ids per word, but this model reads "
                 f"max_characters_per_token={chars}; tokenize with ElmoTokenizer(max_characters_per_token={chars})."
             )
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.char_vocab_size):
-            raise ValueError(
-                f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
-                f"{int(input_ids.min())}..{int(input_ids.max())}); ELMo ids come from ElmoTokenizer."
-            )
+        if input_ids.numel():
+            low, high = int(input_ids.min()), int(input_ids.max())
+            if low < 0 or high >= self.config.char_vocab_size:
+                raise ValueError(
+                    f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
+                    f"{low}..{high}); ELMo ids come from ElmoTokenizer."
+                )
         if attention_mask is not None:
             if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
                 raise ValueError(
@@ -484,6 +503,7 @@ class ElmoModel(ElmoPreTrainedModel):
         if input_ids is None:
             raise ValueError("ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token).")
         self._check_inputs(input_ids, attention_mask)
+        input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
@@ -604,6 +624,8 @@ class ElmoTaskEncoder(nn.Module):
     def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch_size, sequence_length, hidden_size)` -> `(batch_size, sequence_length, 2 * task_lstm_dim)`, zero at
         padding."""
+        if features.shape[1] == 0:  # only texts without words: nothing to run (an LSTM cannot pack zero steps)
+            return features.new_zeros(*features.shape[:2], 2 * self.lstm.hidden_size)
         order = words_first_order(mask)
         if order is not None:
             features = gather_words(features, order)
@@ -689,6 +711,21 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
             return penalty
         return penalty * labels.ne(-100).sum() / num_items_in_batch
 
+    @staticmethod
+    def _check_labels_type(labels: torch.Tensor):
+        if not isinstance(labels, torch.Tensor):
+            raise TypeError(
+                f"labels must be a torch.Tensor, got {type(labels).__name__}; pass torch.tensor(labels) (the data "
+                "collators return tensors)."
+            )
+
+    @staticmethod
+    def _loss_without_labelled_items(logits: torch.Tensor) -> torch.Tensor:
+        """The loss of a batch without a labelled item (texts without words, or every label -100): zero, with zero
+        gradients. The stock mean, or sum over `num_items_in_batch = 0`, is 0/0, and its NaN gradient would spoil
+        every weight it reaches."""
+        return logits.sum() * 0.0
+
     def _check_label_ids(self, labels: torch.Tensor):
         valid = (labels == -100) | ((labels >= 0) & (labels < self.config.num_labels))
         if not bool(valid.all()):
@@ -735,6 +772,7 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
         logits = self.classifier(features)
         loss = None
         if labels is not None:
+            self._check_labels_type(labels)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(
                     f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
@@ -743,6 +781,8 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
             self._check_label_ids(labels)
             loss = self.loss_function(logits, labels, self.config, **kwargs)
             loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
 
@@ -778,10 +818,13 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 Return the biLM's `num_layers + 1` layers.
         """
         features, mask, hidden_states = self._elmo_features(input_ids, attention_mask, output_hidden_states)
+        # A text without words pools to zeros, so its logits are the classifier's bias, alone or in any batch.
         keep = mask.unsqueeze(-1)
         mean = (features * keep).sum(1) / keep.sum(1).clamp(min=1)
-        maximum = features.masked_fill(~keep, float("-inf")).amax(1)
-        maximum = maximum.masked_fill(~keep.any(1), 0.0)
+        if features.shape[1] == 0:
+            maximum = features.new_zeros(features.shape[0], features.shape[2])
+        else:
+            maximum = features.masked_fill(~keep, float("-inf")).amax(1).masked_fill(~keep.any(1), 0.0)
         logits = self.classifier(torch.cat([mean, maximum], dim=-1))
         loss = None
         if labels is not None:
@@ -793,9 +836,17 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 # sums over it, as the cross-entropy is, so gradient accumulation matches one large batch.
                 loss = loss * labels.ne(-100).sum() / num_items_in_batch
             loss = loss + self._l2_penalty(labels, num_items_in_batch)
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
     def _check_sequence_labels(self, labels: torch.Tensor, batch_size: int):
+        self._check_labels_type(labels)
+        if labels.dim() == 0:
+            raise ValueError(
+                "labels is a 0-dim tensor; it needs a batch axis, shape (batch_size,) or (batch_size, num_labels), "
+                "e.g. torch.tensor([label]) for one sentence."
+            )
         if labels.shape[0] != batch_size:
             raise ValueError(f"labels has {labels.shape[0]} rows for a batch of {batch_size} sentences.")
         if labels.dtype.is_floating_point:
