@@ -22,12 +22,14 @@ from .pipeline_elmo import ElmoTokenClassificationPipeline
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
+SOFTMAX_TYPES = ("full", "sampled")
 # Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
 ELMO_AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
     "AutoModel": "modeling_elmo.ElmoModel",
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
     "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
+    "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
 }
 # The stock token-classification pipeline cannot read one row of character ids per word, so saved folders name ours.
 # Importing it here makes `save_pretrained` copy pipeline_elmo.py beside this file, and remote loading fetch it.
@@ -96,6 +98,17 @@ class ElmoConfig(PreTrainedConfig):
             Layers of the task biLSTM.
         concatenate_elmo_to_task_output (`bool`, defaults to `False`):
             With a task biLSTM, also concatenate a second, independent ELMo mix to its output (paper §3.3).
+        word_vocab_size (`int`, *optional*):
+            Words of the pretraining softmax ([`ElmoForPreTraining`]), boundary and unknown words included; the
+            vocabulary itself is saved beside the model as `vocab.txt`.
+        softmax_type (`str`, defaults to `"full"`):
+            Training loss of the pretraining softmax: `"full"`, or `"sampled"` (the original's sampled softmax over
+            `softmax_num_samples` words drawn log-uniformly, for large vocabularies). Evaluation is always full.
+        softmax_num_samples (`int`, defaults to 8192):
+            Words sampled per batch by the sampled softmax (the original's `n_negative_samples_batch`).
+        pretraining_dropout (`float`, defaults to 0.1):
+            Dropout while pretraining on every biLSTM layer's input and on the top layer's output before the softmax
+            (the original trains with 0.1).
 
     `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves). Saved
     configs name the model code in `auto_map` and [`ElmoTokenClassificationPipeline`] in `custom_pipelines`, so a
@@ -141,6 +154,10 @@ class ElmoConfig(PreTrainedConfig):
     task_lstm_dim: int | None = None
     task_lstm_layers: int = 1
     concatenate_elmo_to_task_output: bool = False
+    word_vocab_size: int | None = None
+    softmax_type: str = "full"
+    softmax_num_samples: int = 8192
+    pretraining_dropout: float | int = 0.1
     pad_token_id: int | None = 0
     bos_token_id: int | None = 257
     eos_token_id: int | None = 258
@@ -196,6 +213,7 @@ class ElmoConfig(PreTrainedConfig):
             if value is not None and value <= 0:
                 raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value}.")
         self._validate_task_fields()
+        self._validate_pretraining_fields()
 
     def _validate_task_fields(self):
         """Checks the fields the task heads read."""
@@ -219,6 +237,20 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"ElmoConfig.task_lstm_dim must be a positive integer or None, got {self.task_lstm_dim}.")
         if self.task_lstm_layers < 1:
             raise ValueError(f"ElmoConfig.task_lstm_layers must be >= 1, got {self.task_lstm_layers}.")
+
+    def _validate_pretraining_fields(self):
+        """Checks the fields [`ElmoForPreTraining`] reads."""
+        if self.word_vocab_size is not None and self.word_vocab_size < 3:
+            raise ValueError(
+                "ElmoConfig.word_vocab_size must be at least 3 (</S>, <S>, <UNK>) or None, got "
+                f"{self.word_vocab_size}."
+            )
+        if self.softmax_type not in SOFTMAX_TYPES:
+            raise ValueError(f"ElmoConfig.softmax_type must be one of {SOFTMAX_TYPES}, got {self.softmax_type!r}.")
+        if self.softmax_num_samples < 1:
+            raise ValueError(f"ElmoConfig.softmax_num_samples must be positive, got {self.softmax_num_samples}.")
+        if not 0 <= self.pretraining_dropout < 1:
+            raise ValueError(f"ElmoConfig.pretraining_dropout must be in [0, 1), got {self.pretraining_dropout}.")
 
 
 __all__ = ["ElmoConfig"]
