@@ -977,11 +977,17 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         self.post_init()
 
     def _drop_layer_inputs(self, layer: nn.Module, args: tuple) -> tuple | None:
-        """Dropout on a biLSTM layer's inputs (both directions) while training, before its residual connection."""
-        if not self.training:
+        """Dropout on a biLSTM layer's inputs (both directions) while the layer trains, before its residual
+        connection; off when the layer is in eval mode, even if this model is not (`model.elmo.eval()`)."""
+        if not layer.training:
             return None
         forward_inputs, backward_inputs, *rest = args
-        return (self.dropout(forward_inputs), self.dropout(backward_inputs), *rest)
+        probability = self.config.pretraining_dropout
+        return (
+            nn.functional.dropout(forward_inputs, probability),
+            nn.functional.dropout(backward_inputs, probability),
+            *rest,
+        )
 
     def _boundary_layers(self, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
         """The biLM's layers with the sentence boundaries kept: `num_layers + 1` tensors `(batch_size,

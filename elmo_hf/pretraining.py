@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
 from .configuration_elmo import ElmoConfig
@@ -260,8 +260,8 @@ def save_model(trainer: ElmoPreTrainer, vocabulary: ElmoWordVocabulary, output: 
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def pretrain(args: argparse.Namespace) -> dict[str, float]:
-    """Runs `elmo-hf pretrain`; returns the final held-out metrics (empty without `--validation`)."""
+def pretrain(args: argparse.Namespace) -> tuple[ElmoPreTrainer, dict[str, float]]:
+    """Runs `elmo-hf pretrain`; returns the trainer and the final held-out metrics (empty without `--validation`)."""
     output = Path(args.output)
     check_corpus(args.train)
     if args.validation is not None:
@@ -271,7 +271,10 @@ def pretrain(args: argparse.Namespace) -> dict[str, float]:
     if args.from_pretrained is not None and args.architecture_given:
         raise PreTrainingError("--architecture and --from-pretrained exclude each other: the checkpoint fixes it.")
 
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     vocabulary = choose_vocabulary(args)
+    set_seed(args.seed)  # the same initial weights in every process and every run with this seed
     model = load_model(args, vocabulary)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if args.streaming:
@@ -339,7 +342,7 @@ def pretrain(args: argparse.Namespace) -> dict[str, float]:
     metrics = trainer.evaluate() if eval_sentences is not None else {}
     if trainer.is_world_process_zero():
         save_model(trainer, vocabulary, output)
-    return metrics
+    return trainer, metrics
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -383,6 +386,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--save-total-limit", type=int, default=2)
     train.add_argument("--logging-steps", type=int, default=50)
     train.add_argument("--seed", type=int, default=42)
+    train.add_argument("--threads", type=int, help="CPU threads per process (default: torch's choice)")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output")
     train.add_argument("--overwrite", action="store_true", help="train again into an --output that holds a model")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -395,7 +399,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.streaming and args.max_steps <= 0:
         parser.error("--streaming reads the text as a stream of unknown length: give --max-steps.")
     try:
-        metrics = pretrain(args)
+        _, metrics = pretrain(args)
     except (CorpusError, PreTrainingError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
