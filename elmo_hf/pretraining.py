@@ -57,9 +57,9 @@ PRESETS: dict[str, dict] = {
     "medium": dict(_PUBLISHED_CNN, lstm_dim=2048, projection_dim=256, num_highway_layers=1),
     "original": dict(_PUBLISHED_CNN, lstm_dim=4096, projection_dim=512, num_highway_layers=2),
     "ptb": dict(
-        filters=[[1, 32], [2, 32], [3, 64], [4, 128], [5, 128], [6, 128]],
+        filters=[[1, 25], [2, 50], [3, 75], [4, 100], [5, 125], [6, 150]],
         char_embedding_dim=16,
-        lstm_dim=1024,
+        lstm_dim=512,
         projection_dim=256,
         num_highway_layers=1,
     ),
