@@ -25,11 +25,10 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from elmo_hf import ElmoConfig, ElmoForPreTraining  # noqa: E402
+from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel  # noqa: E402
 from elmo_hf.data_elmo import DataCollatorForElmoPreTraining, ElmoWordVocabulary  # noqa: E402
 from elmo_hf.modeling_elmo import ElmoCharacterEncoder  # noqa: E402
 from elmo_hf.pretraining import PRESETS  # noqa: E402
-from elmo_hf.tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids  # noqa: E402
 
 PTB_TRAIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb" / "ptb.train.txt"
 VOCABULARY_SIZE = 10_002
@@ -61,7 +60,7 @@ class TorchLstmBiLm(nn.Module):
     def forward(self, input_ids, attention_mask, labels, backward_labels):
         batch_size, sequence_length, chars = input_ids.shape
         lengths = attention_mask.sum(1) + 2
-        boundary = torch.tensor([word_to_char_ids(token, chars) for token in (BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN)])
+        boundary = ElmoModel.boundary_char_ids_of(self.config)
         char_ids = torch.zeros(batch_size, sequence_length + 2, chars, dtype=input_ids.dtype)
         char_ids[:, 0] = boundary[0]
         char_ids[:, 1:-1] = input_ids

@@ -21,6 +21,7 @@ from transformers import PreTrainedConfig
 from .pipeline_elmo import ElmoTokenClassificationPipeline
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
+ELMO_IMPLEMENTATIONS = ("auto", "eager")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
 SOFTMAX_TYPES = ("full", "sampled")
 # Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
@@ -109,6 +110,10 @@ class ElmoConfig(PreTrainedConfig):
         pretraining_dropout (`float`, defaults to 0.1):
             Dropout while pretraining on every biLSTM layer's input and on the top layer's output before the softmax
             (the original trains with 0.1).
+        elmo_implementation (`str`, defaults to `"auto"`):
+            `"auto"` runs the CPU kernels of `cpu_kernels.py` where they compute the same thing as the model's own
+            modules (CPU, no autograd, float32 or bfloat16, stock layers without hooks); `"eager"` always runs the
+            modules themselves (the reference computation).
 
     `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves). Saved
     configs name the model code in `auto_map` and [`ElmoTokenClassificationPipeline`] in `custom_pipelines`, so a
@@ -158,6 +163,7 @@ class ElmoConfig(PreTrainedConfig):
     softmax_type: str = "full"
     softmax_num_samples: int = 8192
     pretraining_dropout: float | int = 0.1
+    elmo_implementation: str = "auto"
     pad_token_id: int | None = 0
     bos_token_id: int | None = 257
     eos_token_id: int | None = 258
@@ -212,6 +218,11 @@ class ElmoConfig(PreTrainedConfig):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value}.")
+        if self.elmo_implementation not in ELMO_IMPLEMENTATIONS:
+            raise ValueError(
+                f"ElmoConfig.elmo_implementation must be one of {ELMO_IMPLEMENTATIONS}, got "
+                f"{self.elmo_implementation!r}."
+            )
         self._validate_task_fields()
         self._validate_pretraining_fields()
 

@@ -239,7 +239,8 @@ def save_curves(log_history: list[dict], folder: Path) -> None:
     loss_axis.set(xlabel="step", ylabel="mean NLL per word (nats)")
     perplexity_axis.set(xlabel="step", ylabel="perplexity", yscale="log")
     for axis in (loss_axis, perplexity_axis):
-        axis.legend()
+        if axis.lines:
+            axis.legend()
         axis.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(folder / CURVES_FILE, dpi=100)

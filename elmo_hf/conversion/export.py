@@ -28,7 +28,6 @@ import argparse
 import json
 import shutil
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -36,66 +35,17 @@ import torch
 
 from elmo_hf import ElmoConfig
 from elmo_hf.cli import run_subcommand
-from elmo_hf.conversion.convert import (
-    TF_FORGET_BIAS,
-    TF_TO_TORCH_GATES,
-    ConversionError,
-    _conv_kernel,
-    _gates_bias,
-    _hidden_to_gates,
-    _identity,
-    _input_to_gates,
-    _linear,
-    _with_padding_row,
-    original_shapes,
-    save_folder,
-    weight_table,
-)
+from elmo_hf.conversion.checkpoint import ConversionError, N_CHARACTERS, to_original, to_state_dict
+from elmo_hf.conversion.convert import check_output, staged_folder
 from elmo_hf.data_elmo import VOCABULARY_FILE
 
 OPTIONS_FILE = "options.json"
 WEIGHTS_FILE = "weights.hdf5"
 SOFTMAX_FILE = "softmax.hdf5"
 # What the original's character mapping fixes (AllenNLP hard-codes 50 characters per word).
-ORIGINAL_CHAR_VOCAB_SIZE = 262
+ORIGINAL_CHAR_VOCAB_SIZE = N_CHARACTERS[-1]
 ORIGINAL_MAX_CHARACTERS = 50
 BILM_PREFIX = "elmo."
-
-
-def _restore_gate_order(array: np.ndarray) -> np.ndarray:
-    """Gate blocks along the last axis from torch order i, f, g, o back to TF order i, j, f, o."""
-    blocks = np.split(array, 4, axis=-1)
-    order = np.argsort(TF_TO_TORCH_GATES)
-    return np.concatenate([blocks[index] for index in order], axis=-1)
-
-
-def _without_padding_row(array: np.ndarray) -> np.ndarray:
-    return array[1:]
-
-
-def _unconv_kernel(array: np.ndarray) -> np.ndarray:
-    """torch Conv1d weight (n, E, width) -> TF conv2d kernel (1, width, E, n)."""
-    return array.transpose(2, 1, 0)[None]
-
-
-def _unbias_gates(array: np.ndarray) -> np.ndarray:
-    """Our gate bias -> `B`: TF gate order, the run-time forget bias taken out (in float64, then rounded once)."""
-    bias = array.astype(np.float64)
-    lstm_dim = bias.shape[0] // 4
-    bias[lstm_dim : 2 * lstm_dim] -= TF_FORGET_BIAS
-    return _restore_gate_order(bias)
-
-
-# Each converter transform and its inverse (`W_0` is built from two parameters, see `original_arrays`).
-INVERSE_TRANSFORMS = {
-    _with_padding_row: _without_padding_row,
-    _conv_kernel: _unconv_kernel,
-    _linear: np.transpose,
-    _identity: lambda array: array,
-    _gates_bias: _unbias_gates,
-    _input_to_gates: lambda array: _restore_gate_order(array.T),
-    _hidden_to_gates: lambda array: _restore_gate_order(array.T),
-}
 
 
 class ExportError(ConversionError):
@@ -117,25 +67,15 @@ def check_exportable(config: ElmoConfig) -> None:
 
 
 def original_arrays(state_dict: dict[str, torch.Tensor], config: ElmoConfig) -> dict[str, np.ndarray]:
-    """Our biLM state dict (no prefix) -> every original dataset, float32, checked to convert back exactly to ours
-    (up to the float32 rounding of the forget bias, which the conversion adds)."""
-    parts = defaultdict(list)
-    for ours, original, transform in weight_table(config):
-        parts[original].append((ours, transform))
-    arrays = {}
-    for original, pieces in parts.items():
-        halves = [INVERSE_TRANSFORMS[transform](state_dict[ours].double().numpy()) for ours, transform in pieces]
-        arrays[original] = np.ascontiguousarray(np.concatenate(halves, axis=0) if len(halves) > 1 else halves[0],
-                                                dtype=np.float32)
-    for name, shape in original_shapes(config).items():
-        if arrays[name].shape != shape:
-            raise ExportError(f"dataset {name} would have shape {arrays[name].shape}, the format needs {shape}.")
-    for ours, original, transform in weight_table(config):
-        back = torch.from_numpy(np.ascontiguousarray(transform(arrays[original]), dtype=np.float32))
-        if not torch.allclose(back, state_dict[ours].float(), rtol=0, atol=1e-6):
+    """Our biLM state dict (no prefix) -> every original dataset, float32, checked to convert back to ours (exactly,
+    up to the float32 rounding of the forget bias, which the conversion adds)."""
+    ours = {name: tensor.float().numpy() for name, tensor in state_dict.items()}
+    arrays = {name: array.astype(np.float32) for name, array in to_original(ours, config).items()}
+    for name, back in to_state_dict(arrays, config).items():
+        if not np.allclose(back, ours[name], rtol=0, atol=1e-6):
             raise ExportError(
-                f"{ours} has no exact counterpart in {original} (for example a non-zero padding row of the "
-                "character embeddings); the original format cannot hold this model."
+                f"{name} has no exact counterpart in the original datasets (for example a non-zero padding row of "
+                "the character embeddings); the original format cannot hold this model."
             )
     return arrays
 
@@ -218,7 +158,8 @@ def export(model_folder: str | Path, output: str | Path, overwrite: bool = False
             _write_hdf5(folder / SOFTMAX_FILE, softmax)
             shutil.copy(model_folder / VOCABULARY_FILE, folder / VOCABULARY_FILE)
 
-    save_folder(write, Path(output), overwrite)
+    with staged_folder(check_output(output, [model_folder]), overwrite, print) as staging:
+        write(staging)
     return others
 
 
