@@ -24,6 +24,7 @@ import sys
 # subcommand -> (module implementing it, one-line summary for `elmo-hf --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("elmo_hf.conversion.convert", "convert an original options.json + weights .hdf5 to a Hugging Face folder"),
+    "export-onnx": ("elmo_hf.onnx_export", "export a converted folder (base model or head) to onnx/model.onnx inside it"),
 }
 
 

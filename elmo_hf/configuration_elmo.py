@@ -22,6 +22,7 @@ from .pipeline_elmo import ElmoTokenClassificationPipeline
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
+ELMO_IMPLEMENTATIONS = ("auto", "export")
 # Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
 ELMO_AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
@@ -96,6 +97,10 @@ class ElmoConfig(PreTrainedConfig):
             Layers of the task biLSTM.
         concatenate_elmo_to_task_output (`bool`, defaults to `False`):
             With a task biLSTM, also concatenate a second, independent ELMo mix to its output (paper §3.3).
+        elmo_implementation (`str`, defaults to `"auto"`):
+            How the biLM runs: `"auto"` (the packed, length-sorted path, with CPU kernels where they apply) or
+            `"export"` (the export path: every row runs to the batch's longest length, no host synchronisation, so
+            that `torch.compile(fullgraph=True)` traces it; `torch.export` and ONNX export take it whatever this is).
 
     `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves). Saved
     configs name the model code in `auto_map` and [`ElmoTokenClassificationPipeline`] in `custom_pipelines`, so a
@@ -141,6 +146,7 @@ class ElmoConfig(PreTrainedConfig):
     task_lstm_dim: int | None = None
     task_lstm_layers: int = 1
     concatenate_elmo_to_task_output: bool = False
+    elmo_implementation: str = "auto"
     pad_token_id: int | None = 0
     bos_token_id: int | None = 257
     eos_token_id: int | None = 258
@@ -179,6 +185,10 @@ class ElmoConfig(PreTrainedConfig):
             )
         if self.num_highway_layers < 0:
             raise ValueError(f"ElmoConfig.num_highway_layers must be >= 0, got {self.num_highway_layers}.")
+        if self.elmo_implementation not in ELMO_IMPLEMENTATIONS:
+            raise ValueError(
+                f"ElmoConfig.elmo_implementation must be one of {ELMO_IMPLEMENTATIONS}, got {self.elmo_implementation!r}."
+            )
         if self.activation not in ELMO_ACTIVATIONS:
             raise ValueError(f"ElmoConfig.activation must be one of {ELMO_ACTIVATIONS}, got {self.activation!r}.")
         if not self.filters:

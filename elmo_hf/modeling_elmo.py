@@ -20,10 +20,12 @@ Dimension names used in the docstrings: `batch_size`, `sequence_length` (words),
 `projection_dim`, `lstm_dim`; `sequence_length + 2` counts the sentence boundaries `<S>` and `</S>`.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch._higher_order_ops.scan import scan
 from torch.utils.weak import WeakIdKeyDictionary
 from transformers import PreTrainedModel
 from transformers import initialization as init
@@ -239,6 +241,52 @@ def lstm_with_projection(
     return outputs, (torch.cat(finished_hidden[::-1]), torch.cat(finished_cell[::-1]))
 
 
+def use_export_path(config: ElmoConfig) -> bool:
+    """Whether the model runs its export path: under `torch.export` (and so `torch.onnx.export(..., dynamo=True)`),
+    or when `config.elmo_implementation == "export"` (e.g. for `torch.compile(fullgraph=True)`)."""
+    return torch.compiler.is_exporting() or config.elmo_implementation == "export"
+
+
+def masked_lstm_with_projection(
+    step: Callable[[torch.Tensor, LstmState], LstmState],
+    gate_inputs: torch.Tensor,
+    mask: torch.Tensor,
+    initial_state: LstmState,
+) -> tuple[torch.Tensor, LstmState]:
+    """Runs one LSTM direction over a padded batch: every row runs to the longest length, a finished row keeps its
+    state. The export path's recurrence: no host synchronisation and no shape taken from data, so it exports with
+    dynamic batch and length; it spends work on padding, where `lstm_with_projection` does not.
+
+    Under `torch.export` and `torch.compile` the loop is `torch._higher_order_ops.scan` (an ONNX `Scan`; a
+    prototype in torch 2.13, guarded by the export parity tests), in plain eager mode a Python loop (faster there).
+
+    Args:
+        step: one time step, `(gate_inputs, (h, c)) -> (h, c)` (`ElmoLstmCellWithProjection.step`).
+        gate_inputs: `(steps, batch_size, 4 * lstm_dim)` input-to-gate products, time-major, in this direction's order.
+        mask: `(steps, batch_size, 1)` bool, true where the row has a token at that step.
+        initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`.
+
+    Returns:
+        The outputs `(steps, batch_size, projection_dim)`, zero where `mask` is false, and each row's final `(h, c)`
+        (the state after its own last step).
+    """
+
+    def masked_step(state: LstmState, inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple[LstmState, torch.Tensor]:
+        step_gate_inputs, running = inputs
+        hidden, cell = step(step_gate_inputs, state)
+        state = (torch.where(running, hidden, state[0]), torch.where(running, cell, state[1]))
+        return state, hidden * running
+
+    if torch.compiler.is_exporting() or torch.compiler.is_compiling():
+        final_state, outputs = scan(masked_step, initial_state, (gate_inputs, mask))
+        return outputs, final_state
+    state, outputs = initial_state, []
+    for step_inputs in zip(gate_inputs, mask):
+        state, output = masked_step(state, step_inputs)
+        outputs.append(output)
+    return torch.stack(outputs), state
+
+
 class ElmoCharCnn(nn.Module):
     """Convolutions of several widths over a word's characters, max-pooled over positions, then the activation."""
 
@@ -318,6 +366,18 @@ class ElmoCharacterEncoder(nn.Module):
             chunks.append(linear(features, self.projection.weight, self.projection.bias))
         return torch.cat(chunks)
 
+    def encode_every_word(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """The export path's token layer: `(num_words, max_characters_per_token)` -> `(num_words, projection_dim)`,
+        every module called as itself on all words at once (no chunks, whose count would depend on the data)."""
+        # (num_words, char_embedding_dim, max_characters_per_token), channels first for the convolutions
+        char_embeddings = self.char_embeddings(char_ids).transpose(1, 2)
+        pooled = [conv(char_embeddings).amax(dim=-1) for conv in self.char_cnn.convolutions]
+        features = self.char_cnn.activation(torch.cat(pooled, dim=-1))
+        for layer in self.highway.layers:
+            gate = torch.sigmoid(layer.gate(features))
+            features = gate * torch.relu(layer.transform(features)) + (1 - gate) * features
+        return self.projection(features)
+
 
 class ElmoLstmCellWithProjection(nn.Module):
     """One direction of one biLSTM layer: an LSTM cell whose output is projected to `projection_dim` and clipped."""
@@ -351,6 +411,29 @@ class ElmoLstmCellWithProjection(nn.Module):
             self.projection_clip,
             onednn_weights,
         )
+
+    def step(self, gate_inputs: torch.Tensor, state: LstmState) -> LstmState:
+        """One time step, each product by its own module: `(rows, 4 * lstm_dim)` input-to-gate products and `(h, c)`
+        -> the new `(h, c)`."""
+        hidden, cell = state
+        cell, unprojected = lstm_cell_update(gate_inputs + self.hidden_to_gates(hidden), cell, self.cell_clip)
+        hidden = self.projection(unprojected)
+        if self.projection_clip is not None:
+            hidden = hidden.clamp(-self.projection_clip, self.projection_clip)
+        return hidden, cell
+
+    def forward_masked(
+        self, inputs: torch.Tensor, mask: torch.Tensor, initial_state: LstmState
+    ) -> tuple[torch.Tensor, LstmState]:
+        """The export path: `(batch_size, steps, projection_dim)` padded inputs in this direction's time order and
+        their `(batch_size, steps)` bool mask -> outputs of the same shape (zero at padding) and the final state (see
+        `masked_lstm_with_projection`)."""
+        # (steps, batch_size, 4 * lstm_dim): all input-to-gate products in one matrix product, then time-major
+        gate_inputs = self.input_to_gates(inputs).transpose(0, 1)
+        outputs, final_state = masked_lstm_with_projection(
+            self.step, gate_inputs, mask.transpose(0, 1).unsqueeze(-1), initial_state
+        )
+        return outputs.transpose(0, 1), final_state
 
 
 class ElmoLstmLayer(nn.Module):
@@ -435,6 +518,35 @@ class ElmoBiLm(nn.Module):
             final_cell += [forward_state[1], backward_state[1]]
         return layer_outputs, (torch.stack(final_hidden)[:, unsort], torch.stack(final_cell)[:, unsort])
 
+    def forward_masked(
+        self, token_embeddings: torch.Tensor, lengths: torch.Tensor, initial_state: LstmState
+    ) -> tuple[list[torch.Tensor], LstmState]:
+        """The export path, arguments and results as `forward`: every row runs to the longest length (see
+        `masked_lstm_with_projection`); the backward direction reads each row reversed within its own length by a
+        gather, and the same gather puts its outputs back."""
+        steps = torch.arange(token_embeddings.shape[1], device=lengths.device)
+        mask = steps < lengths.unsqueeze(1)  # (batch_size, sequence_length + 2)
+        # Row r, step t of the backward direction is position lengths[r] - 1 - t (padding stays in place).
+        reverse = torch.where(mask, lengths.unsqueeze(1) - 1 - steps, steps).unsqueeze(-1)
+        reverse = reverse.expand(-1, -1, token_embeddings.shape[-1])
+        forward_inputs, backward_inputs = token_embeddings, token_embeddings.gather(1, reverse)
+        hidden, cell = initial_state
+        layer_outputs, final_hidden, final_cell = [], [], []
+        for index, layer in enumerate(self.layers):
+            forward_outputs, forward_state = layer.forward_cell.forward_masked(
+                forward_inputs, mask, (hidden[2 * index], cell[2 * index])
+            )
+            backward_outputs, backward_state = layer.backward_cell.forward_masked(
+                backward_inputs, mask, (hidden[2 * index + 1], cell[2 * index + 1])
+            )
+            if layer.residual:
+                forward_outputs, backward_outputs = forward_outputs + forward_inputs, backward_outputs + backward_inputs
+            forward_inputs, backward_inputs = forward_outputs, backward_outputs
+            layer_outputs.append(torch.cat([forward_outputs, backward_outputs.gather(1, reverse)], dim=-1))
+            final_hidden += [forward_state[0], backward_state[0]]
+            final_cell += [forward_state[1], backward_state[1]]
+        return layer_outputs, (torch.stack(final_hidden), torch.stack(final_cell))
+
 
 @dataclass
 class ElmoModelOutput(ModelOutput):
@@ -501,8 +613,10 @@ class ElmoModel(ElmoPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.token_encoder.char_embeddings = value
 
-    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
-        """Raises a clear error for inputs the model cannot read correctly."""
+    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, check_values: bool = True):
+        """Raises a clear error for inputs the model cannot read correctly. `check_values=False` checks types and
+        shapes only: the checks of values (id range, a mask marking an all-zero word) read the data, which a
+        traced graph cannot do (the export path under `torch.export` or `torch.compile`)."""
         if not isinstance(input_ids, torch.Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
@@ -520,6 +634,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"input_ids has {input_ids.shape[-1]} character ids per word, but this model reads "
                 f"max_characters_per_token={chars}; tokenize with ElmoTokenizer(max_characters_per_token={chars})."
             )
+        if not check_values:
+            return
         if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.char_vocab_size):
             raise ValueError(
                 f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
@@ -589,13 +705,22 @@ class ElmoModel(ElmoPreTrainedModel):
         """
         if input_ids is None:
             raise ValueError("ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token).")
-        self._check_inputs(input_ids, attention_mask)
+        export_path = use_export_path(self.config)
+        traced = torch.compiler.is_exporting() or torch.compiler.is_compiling()
+        self._check_inputs(input_ids, attention_mask, check_values=not (export_path and traced))
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         mask = word_mask(input_ids, attention_mask)
         batch_size, sequence_length = mask.shape
         lengths = mask.sum(1)
+        if export_path:
+            layers, final_state = self._forward_export(input_ids, mask, lengths, lstm_state)
+            return ElmoModelOutput(
+                last_hidden_state=layers[-1],
+                hidden_states=tuple(layers) if output_hidden_states else None,
+                lstm_state=final_state if output_lstm_state else None,
+            )
 
         # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
         gather_order = words_first_order(mask)
@@ -638,6 +763,48 @@ class ElmoModel(ElmoPreTrainedModel):
             hidden_states=tuple(layers) if output_hidden_states else None,
             lstm_state=final_state if output_lstm_state else None,
         )
+
+    def _forward_export(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, lstm_state: LstmState | None
+    ) -> tuple[list[torch.Tensor], LstmState]:
+        """The export path (`use_export_path`): the same layers and final state as `forward`, computed without host
+        synchronisation or shapes taken from data, so that `torch.export` traces it with dynamic batch and length.
+
+        The differences: the token layer runs on every position, padding included (no distinct-word pass); the
+        recurrence runs every row to the longest length (`masked_lstm_with_projection`); the words are moved to the
+        front of each row unconditionally, by a scatter; `lstm_state` must have exactly `batch_size` rows.
+        """
+        batch_size, sequence_length = mask.shape
+        counts = mask.cumsum(1)
+        # Where each position goes when the words move to the front: words in order, then the padding in order.
+        words_first = torch.where(
+            mask, counts - 1, lengths.unsqueeze(1) + torch.arange(sequence_length, device=mask.device) - counts
+        )
+        input_ids = input_ids.new_zeros(input_ids.shape).scatter(
+            1, words_first.unsqueeze(-1).expand_as(input_ids), input_ids
+        )
+        steps = torch.arange(sequence_length + 2, device=mask.device)
+        words = (steps[1:-1] <= lengths.unsqueeze(1)).unsqueeze(-1)  # (batch_size, sequence_length, 1)
+
+        chars = self.config.max_characters_per_token
+        boundary_ids = torch.tensor(
+            [word_to_char_ids(BEGIN_SENTENCE_TOKEN, chars), word_to_char_ids(END_SENTENCE_TOKEN, chars)],
+            device=input_ids.device,
+        )
+        embeddings = self.token_encoder.encode_every_word(torch.cat([boundary_ids, input_ids.view(-1, chars)]))
+        begin_embedding, end_embedding = embeddings[0], embeddings[1]
+        word_embeddings = embeddings[2:].view(batch_size, sequence_length, -1) * words
+        # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
+        tokens = nn.functional.pad(word_embeddings, (0, 0, 1, 1))
+        tokens = torch.where((steps == 0).unsqueeze(-1), begin_embedding, tokens)
+        tokens = torch.where((steps == lengths.unsqueeze(1) + 1).unsqueeze(-1), end_embedding, tokens)
+
+        initial_state = self._initial_lstm_state(lstm_state, batch_size, tokens)
+        layer_outputs, final_state = self.bilm.forward_masked(tokens, lengths + 2, initial_state)
+        layers = [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
+        restore = words_first.unsqueeze(-1).expand(-1, -1, layers[0].shape[-1])
+        layers = [(layer[:, 1 : sequence_length + 1] * words).gather(1, restore) for layer in layers]
+        return layers, final_state
 
 
 class ElmoScalarMix(nn.Module):
