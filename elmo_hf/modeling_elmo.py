@@ -271,7 +271,8 @@ def masked_lstm_with_projection(
         (the state after its own last step).
     """
 
-    def masked_step(state: LstmState, inputs: tuple[torch.Tensor, torch.Tensor]) -> tuple[LstmState, torch.Tensor]:
+    def masked_step(state, inputs):  # no annotations: torch.compile cannot evaluate subscripted ones in a closure
+        """`((h, c), (gate_inputs, running))` -> the next state (unchanged where not running) and the output."""
         step_gate_inputs, running = inputs
         hidden, cell = step(step_gate_inputs, state)
         state = (torch.where(running, hidden, state[0]), torch.where(running, cell, state[1]))

@@ -79,13 +79,19 @@ class ElmoOnnxSignature(nn.Module):
         state = ["final_lstm_state_h", "final_lstm_state_c"] if self.lstm_state else []
         return ["last_hidden_state", *layers, *state]
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *lstm_state: torch.Tensor):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        lstm_state_h: torch.Tensor | None = None,
+        lstm_state_c: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...]:
         if not isinstance(self.model, ElmoModel):
             return (self.model(input_ids, attention_mask=attention_mask, return_dict=True).logits,)
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
-            lstm_state=tuple(lstm_state) if lstm_state else None,
+            lstm_state=(lstm_state_h, lstm_state_c) if self.lstm_state else None,
             output_hidden_states=True,
             output_lstm_state=self.lstm_state,
             return_dict=True,
@@ -109,11 +115,11 @@ class ElmoOnnxSignature(nn.Module):
         cell = torch.randn(rows, batch_size, config.lstm_dim, generator=generator)
         return input_ids, attention_mask, hidden, cell
 
-    def dynamic_shapes(self) -> tuple[dict[int, torch.export.Dim], ...]:
+    def dynamic_shapes(self) -> dict[str, dict[int, torch.export.Dim]]:
         """Dynamic batch and word-count dimensions of every input."""
         batch, words = torch.export.Dim("batch_size"), torch.export.Dim("sequence_length")
-        shapes = ({0: batch, 1: words}, {0: batch, 1: words})
-        return shapes + (({1: batch}, {1: batch}) if self.lstm_state else ())
+        shapes = {"input_ids": {0: batch, 1: words}, "attention_mask": {0: batch, 1: words}}
+        return shapes | ({"lstm_state_h": {1: batch}, "lstm_state_c": {1: batch}} if self.lstm_state else {})
 
 
 def export_program(model: ElmoPreTrainedModel, lstm_state: bool = False) -> torch.export.ExportedProgram:
