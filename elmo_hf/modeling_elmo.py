@@ -121,6 +121,15 @@ def words_first_order(mask: torch.Tensor) -> torch.Tensor | None:
     return (~mask).to(torch.int8).argsort(dim=1, stable=True)
 
 
+def words_first_positions(mask: torch.Tensor) -> torch.Tensor:
+    """`(batch_size, sequence_length)` int64: where each position goes when the words of its row move to the front
+    (words in order, then the padding in order). Scattering by it moves them; gathering by it moves them back. The
+    export path's form of `words_first_order`: no sort and no host synchronisation."""
+    counts = mask.cumsum(1)
+    padding_position = mask.sum(1, keepdim=True) + torch.arange(mask.shape[1], device=mask.device) - counts
+    return torch.where(mask, counts - 1, padding_position)
+
+
 def lstm_cell_update(
     gates: torch.Tensor, cell: torch.Tensor, cell_clip: float | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -247,7 +256,7 @@ def use_export_path(config: ElmoConfig) -> bool:
     return torch.compiler.is_exporting() or config.elmo_implementation == "export"
 
 
-def masked_lstm_with_projection(
+def masked_recurrence(
     step: Callable[[torch.Tensor, LstmState], LstmState],
     gate_inputs: torch.Tensor,
     mask: torch.Tensor,
@@ -428,10 +437,10 @@ class ElmoLstmCellWithProjection(nn.Module):
     ) -> tuple[torch.Tensor, LstmState]:
         """The export path: `(batch_size, steps, projection_dim)` padded inputs in this direction's time order and
         their `(batch_size, steps)` bool mask -> outputs of the same shape (zero at padding) and the final state (see
-        `masked_lstm_with_projection`)."""
+        `masked_recurrence`)."""
         # (steps, batch_size, 4 * lstm_dim): all input-to-gate products in one matrix product, then time-major
         gate_inputs = self.input_to_gates(inputs).transpose(0, 1)
-        outputs, final_state = masked_lstm_with_projection(
+        outputs, final_state = masked_recurrence(
             self.step, gate_inputs, mask.transpose(0, 1).unsqueeze(-1), initial_state
         )
         return outputs.transpose(0, 1), final_state
@@ -523,7 +532,7 @@ class ElmoBiLm(nn.Module):
         self, token_embeddings: torch.Tensor, lengths: torch.Tensor, initial_state: LstmState
     ) -> tuple[list[torch.Tensor], LstmState]:
         """The export path, arguments and results as `forward`: every row runs to the longest length (see
-        `masked_lstm_with_projection`); the backward direction reads each row reversed within its own length by a
+        `masked_recurrence`); the backward direction reads each row reversed within its own length by a
         gather, and the same gather puts its outputs back."""
         steps = torch.arange(token_embeddings.shape[1], device=lengths.device)
         mask = steps < lengths.unsqueeze(1)  # (batch_size, sequence_length + 2)
@@ -772,15 +781,11 @@ class ElmoModel(ElmoPreTrainedModel):
         synchronisation or shapes taken from data, so that `torch.export` traces it with dynamic batch and length.
 
         The differences: the token layer runs on every position, padding included (no distinct-word pass); the
-        recurrence runs every row to the longest length (`masked_lstm_with_projection`); the words are moved to the
+        recurrence runs every row to the longest length (`masked_recurrence`); the words are moved to the
         front of each row unconditionally, by a scatter; `lstm_state` must have exactly `batch_size` rows.
         """
         batch_size, sequence_length = mask.shape
-        counts = mask.cumsum(1)
-        # Where each position goes when the words move to the front: words in order, then the padding in order.
-        words_first = torch.where(
-            mask, counts - 1, lengths.unsqueeze(1) + torch.arange(sequence_length, device=mask.device) - counts
-        )
+        words_first = words_first_positions(mask)
         input_ids = input_ids.new_zeros(input_ids.shape).scatter(
             1, words_first.unsqueeze(-1).expand_as(input_ids), input_ids
         )
@@ -899,6 +904,41 @@ class ElmoTaskEncoder(nn.Module):
         return outputs * mask.unsqueeze(-1).to(outputs.dtype)
 
 
+    def forward_masked(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The export path (see `use_export_path`), arguments and result as `forward`: each layer and direction of
+        the biLSTM runs as `masked_recurrence` on the `nn.LSTM`'s own parameters (an `nn.LSTM` over packed sequences
+        cannot be exported), the backward direction on each row reversed within its length."""
+        lstm = self.lstm
+        words_first = words_first_positions(mask).unsqueeze(-1)
+        inputs = features.new_zeros(features.shape).scatter(1, words_first.expand_as(features), features)
+        steps = torch.arange(mask.shape[1], device=mask.device)
+        lengths = mask.sum(1, keepdim=True)
+        running = steps < lengths
+        reverse = torch.where(running, lengths - 1 - steps, steps).unsqueeze(-1)
+        running = running.transpose(0, 1).unsqueeze(-1)  # (sequence_length, batch_size, 1), time-major
+        for layer in range(lstm.num_layers):
+            directions = []
+            for suffix in ("", "_reverse"):
+                input_weight, hidden_weight, input_bias, hidden_bias = (
+                    getattr(lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+                )
+                ordered = inputs if not suffix else inputs.gather(1, reverse.expand_as(inputs))
+                gate_inputs = nn.functional.linear(ordered, input_weight, input_bias + hidden_bias).transpose(0, 1)
+
+                def step(step_gate_inputs, state, hidden_weight=hidden_weight):  # as in `masked_recurrence`
+                    gates = step_gate_inputs + nn.functional.linear(state[0], hidden_weight)
+                    cell, hidden = lstm_cell_update(gates, state[1], None)
+                    return hidden, cell
+
+                # two zero tensors: the scan's initial state may not alias
+                state = tuple(features.new_zeros(features.shape[0], lstm.hidden_size) for _ in range(2))
+                outputs = masked_recurrence(step, gate_inputs, running, state)[0].transpose(0, 1)
+                directions.append(outputs if not suffix else outputs.gather(1, reverse.expand_as(outputs)))
+            inputs = torch.cat(directions, dim=-1)
+        outputs = inputs.gather(1, words_first.expand_as(inputs))
+        return outputs * mask.unsqueeze(-1).to(outputs.dtype)
+
+
 class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
     """A task head: the biLM (frozen unless `config.freeze_bilm=False`), its own scalar mixes and a task encoder."""
 
@@ -942,7 +982,10 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         mask = word_mask(input_ids, attention_mask)
         features = self.scalar_mixes[0](layers, mask)
         if self.task_encoder is not None:
-            features = self.task_encoder(features, mask)
+            if use_export_path(self.config):
+                features = self.task_encoder.forward_masked(features, mask)
+            else:
+                features = self.task_encoder(features, mask)
             if len(self.scalar_mixes) > 1:
                 features = torch.cat([features, self.scalar_mixes[1](layers, mask)], dim=-1)
         return features, mask, layers

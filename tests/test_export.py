@@ -106,9 +106,21 @@ def test_onnx_graph_has_dynamic_axes_scan_loops_and_the_stated_opset(fixture_fol
     assert isinstance(input_ids.shape[0], str) and isinstance(input_ids.shape[1], str) and input_ids.shape[2] == 50
 
 
-def test_exported_token_classification_head_predicts_as_eager(tmp_path):
+def test_export_path_of_a_head_with_a_task_bilstm_equals_the_default_path():
     torch.manual_seed(0)
-    head = ElmoForTokenClassification(tiny_config(num_labels=5)).eval()
+    head = ElmoForTokenClassification(tiny_config(num_labels=3, task_lstm_dim=5, task_lstm_layers=2)).eval()
+    input_ids, mask = batch((3, 6), [6, 0, 2], seed=4, left_padded=True)
+    with torch.no_grad():
+        expected = head(input_ids, attention_mask=mask).logits
+        head.config.elmo_implementation = "export"
+        assert max_difference([head(input_ids, attention_mask=mask).logits], [expected]) <= TOLERANCE
+
+
+@pytest.mark.parametrize("task_lstm", [False, True], ids=["linear", "task-bilstm"])
+def test_exported_token_classification_head_predicts_as_eager(tmp_path, task_lstm):
+    torch.manual_seed(0)
+    task_fields = dict(task_lstm_dim=5, concatenate_elmo_to_task_output=True) if task_lstm else {}
+    head = ElmoForTokenClassification(tiny_config(num_labels=5, **task_fields)).eval()
     head.save_pretrained(tmp_path)
     path = export_onnx(tmp_path)
     session = onnxruntime.InferenceSession(str(path))
@@ -123,10 +135,13 @@ def test_exported_token_classification_head_predicts_as_eager(tmp_path):
         assert (logits.argmax(-1)[words] == expected.argmax(-1).numpy()[words]).all()
 
 
-@pytest.mark.parametrize("model_class", [ElmoModel, ElmoForTokenClassification, ElmoForSequenceClassification])
-def test_torch_export_has_dynamic_batch_and_length(model_class):
+@pytest.mark.parametrize(
+    "model_class, task_lstm_dim",
+    [(ElmoModel, None), (ElmoForTokenClassification, None), (ElmoForSequenceClassification, 4)],
+)
+def test_torch_export_has_dynamic_batch_and_length(model_class, task_lstm_dim):
     torch.manual_seed(0)
-    model = model_class(tiny_config(num_labels=3)).eval()
+    model = model_class(tiny_config(num_labels=3, task_lstm_dim=task_lstm_dim)).eval()
     program = export_program(model)
     signature = ElmoOnnxSignature(model)
     exported = program.module()
@@ -140,7 +155,7 @@ def test_torch_compile_fullgraph_on_the_export_path():
     torch.manual_seed(0)
     model = ElmoModel(tiny_config(elmo_implementation="export")).eval()
     # fullgraph=True fails on any graph break; dynamic=True: one graph for every batch size and length
-    compiled = torch.compile(model, fullgraph=True, dynamic=True, backend="aot_eager")
+    compiled = torch.compile(model, fullgraph=True, dynamic=True, backend="eager")
     for shape, lengths in (((2, 6), [6, 3]), ((3, 9), [2, 9, 0])):
         input_ids, mask = batch(shape, lengths, seed=11)
         state = random_state(model.config, shape[0], seed=12)
