@@ -624,9 +624,15 @@ class ElmoModel(ElmoPreTrainedModel):
         self.token_encoder.char_embeddings = value
 
     def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, check_values: bool = True):
-        """Raises a clear error for inputs the model cannot read correctly. `check_values=False` checks types and
+        """Raises a clear error for inputs the model cannot read correctly, and for tracing. `check_values=False` checks types and
         shapes only: the checks of values (id range, a mask marking an all-zero word) read the data, which a
         traced graph cannot do (the export path under `torch.export` or `torch.compile`)."""
+        if torch.jit.is_tracing():
+            raise RuntimeError(
+                "ELMo cannot be traced (torch.jit.trace, torch.onnx.export(..., dynamo=False)): a trace fixes the "
+                "traced batch's sentence lengths into the graph, which is then wrong for other inputs. Export with "
+                "`elmo-hf export-onnx`, torch.onnx.export(..., dynamo=True) or torch.export.export."
+            )
         if not isinstance(input_ids, torch.Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:

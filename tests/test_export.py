@@ -185,3 +185,9 @@ def test_export_onnx_refuses_bad_folders_and_existing_output_without_writing(tmp
     assert (tmp_path / "onnx" / "model.onnx").read_bytes() == b"keep me"
     with pytest.raises(ExportError, match="lstm_state inputs and outputs exist for the base model"):
         ElmoOnnxSignature(ElmoForTokenClassification(tiny_model.config), lstm_state=True)
+
+
+def test_tracing_is_refused_since_a_trace_would_fix_the_sentence_lengths(tiny_model):
+    input_ids, mask = batch((2, 3), [3, 1], seed=0)
+    with pytest.raises(RuntimeError, match="cannot be traced"):
+        torch.jit.trace(tiny_model, (input_ids, mask), strict=False)
