@@ -258,7 +258,7 @@ def use_export_path(config: ElmoConfig) -> bool:
 
 def masked_recurrence(
     step: Callable[[torch.Tensor, LstmState], LstmState],
-    gate_inputs: torch.Tensor,
+    inputs: torch.Tensor,
     mask: torch.Tensor,
     initial_state: LstmState,
 ) -> tuple[torch.Tensor, LstmState]:
@@ -270,8 +270,9 @@ def masked_recurrence(
     prototype in torch 2.13, guarded by the export parity tests), in plain eager mode a Python loop (faster there).
 
     Args:
-        step: one time step, `(gate_inputs, (h, c)) -> (h, c)` (`ElmoLstmCellWithProjection.step`).
-        gate_inputs: `(steps, batch_size, 4 * lstm_dim)` input-to-gate products, time-major, in this direction's order.
+        step: one time step, `(step_inputs, (h, c)) -> (h, c)` (`ElmoLstmCellWithProjection.step`, whose inputs are
+            the input-to-gate products).
+        inputs: `(steps, batch_size, features)` what `step` reads at each step, time-major, in this direction's order.
         mask: `(steps, batch_size, 1)` bool, true where the row has a token at that step.
         initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`.
 
@@ -280,19 +281,19 @@ def masked_recurrence(
         (the state after its own last step).
     """
 
-    def masked_step(state, inputs):  # no annotations: torch.compile cannot evaluate subscripted ones in a closure
-        """`((h, c), (gate_inputs, running))` -> the next state (unchanged where not running) and the output."""
-        step_gate_inputs, running = inputs
-        hidden, cell = step(step_gate_inputs, state)
+    def masked_step(state, step_inputs_and_mask):  # no annotations: torch.compile cannot evaluate subscripted ones
+        """`((h, c), (step_inputs, running))` -> the next state (unchanged where not running) and the output."""
+        step_inputs, running = step_inputs_and_mask
+        hidden, cell = step(step_inputs, state)
         state = (torch.where(running, hidden, state[0]), torch.where(running, cell, state[1]))
         return state, hidden * running
 
     if torch.compiler.is_exporting() or torch.compiler.is_compiling():
-        final_state, outputs = scan(masked_step, initial_state, (gate_inputs, mask))
+        final_state, outputs = scan(masked_step, initial_state, (inputs, mask))
         return outputs, final_state
     state, outputs = initial_state, []
-    for step_inputs in zip(gate_inputs, mask):
-        state, output = masked_step(state, step_inputs)
+    for step_inputs_and_mask in zip(inputs, mask):
+        state, output = masked_step(state, step_inputs_and_mask)
         outputs.append(output)
     return torch.stack(outputs), state
 
@@ -925,20 +926,17 @@ class ElmoTaskEncoder(nn.Module):
         for layer in range(lstm.num_layers):
             directions = []
             for suffix in ("", "_reverse"):
-                input_weight, hidden_weight, input_bias, hidden_bias = (
+                weights = tuple(
                     getattr(lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
                 )
                 ordered = inputs if not suffix else inputs.gather(1, reverse.expand_as(inputs))
-                gate_inputs = nn.functional.linear(ordered, input_weight, input_bias + hidden_bias).transpose(0, 1)
 
-                def step(step_gate_inputs, state, hidden_weight=hidden_weight):  # as in `masked_recurrence`
-                    gates = step_gate_inputs + nn.functional.linear(state[0], hidden_weight)
-                    cell, hidden = lstm_cell_update(gates, state[1], None)
-                    return hidden, cell
+                def step(step_inputs, state, weights=weights):  # no annotations, as in `masked_recurrence`
+                    return torch.lstm_cell(step_inputs, state, *weights)
 
                 # two zero tensors: the scan's initial state may not alias
                 state = tuple(features.new_zeros(features.shape[0], lstm.hidden_size) for _ in range(2))
-                outputs = masked_recurrence(step, gate_inputs, running, state)[0].transpose(0, 1)
+                outputs = masked_recurrence(step, ordered.transpose(0, 1), running, state)[0].transpose(0, 1)
                 directions.append(outputs if not suffix else outputs.gather(1, reverse.expand_as(outputs)))
             inputs = torch.cat(directions, dim=-1)
         outputs = inputs.gather(1, words_first.expand_as(inputs))
