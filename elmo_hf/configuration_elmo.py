@@ -21,8 +21,8 @@ from transformers import PreTrainedConfig
 from .pipeline_elmo import ElmoTokenClassificationPipeline
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
+ELMO_IMPLEMENTATIONS = ("auto", "eager", "export")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
-ELMO_IMPLEMENTATIONS = ("auto", "export")
 # Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
 ELMO_AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
@@ -98,9 +98,11 @@ class ElmoConfig(PreTrainedConfig):
         concatenate_elmo_to_task_output (`bool`, defaults to `False`):
             With a task biLSTM, also concatenate a second, independent ELMo mix to its output (paper §3.3).
         elmo_implementation (`str`, defaults to `"auto"`):
-            How the biLM runs: `"auto"` (the packed, length-sorted path, with CPU kernels where they apply) or
-            `"export"` (the export path: every row runs to the batch's longest length, no host synchronisation, so
-            that `torch.compile(fullgraph=True)` traces it; `torch.export` and ONNX export take it whatever this is).
+            `"auto"` runs the CPU kernels of `cpu_kernels.py` where they compute the same thing as the model's own
+            modules (CPU, no autograd, float32 or bfloat16, stock layers without hooks); `"eager"` always runs the
+            modules themselves (the reference computation); `"export"` runs the export path, the computation that
+            `torch.export` and ONNX export take whatever this is set to (every sentence runs to the batch's longest
+            length, no host synchronisation), e.g. for `torch.compile(model, fullgraph=True, dynamic=True)`.
 
     `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves). Saved
     configs name the model code in `auto_map` and [`ElmoTokenClassificationPipeline`] in `custom_pipelines`, so a
@@ -185,10 +187,6 @@ class ElmoConfig(PreTrainedConfig):
             )
         if self.num_highway_layers < 0:
             raise ValueError(f"ElmoConfig.num_highway_layers must be >= 0, got {self.num_highway_layers}.")
-        if self.elmo_implementation not in ELMO_IMPLEMENTATIONS:
-            raise ValueError(
-                f"ElmoConfig.elmo_implementation must be one of {ELMO_IMPLEMENTATIONS}, got {self.elmo_implementation!r}."
-            )
         if self.activation not in ELMO_ACTIVATIONS:
             raise ValueError(f"ElmoConfig.activation must be one of {ELMO_ACTIVATIONS}, got {self.activation!r}.")
         if not self.filters:
@@ -205,6 +203,11 @@ class ElmoConfig(PreTrainedConfig):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value}.")
+        if self.elmo_implementation not in ELMO_IMPLEMENTATIONS:
+            raise ValueError(
+                f"ElmoConfig.elmo_implementation must be one of {ELMO_IMPLEMENTATIONS}, got "
+                f"{self.elmo_implementation!r}."
+            )
         self._validate_task_fields()
 
     def _validate_task_fields(self):
