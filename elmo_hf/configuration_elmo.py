@@ -26,7 +26,7 @@ from .pipeline_elmo import ElmoTokenClassificationPipeline
 from .tokenization_elmo import CHAR_VOCAB_SIZE
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
-ELMO_IMPLEMENTATIONS = ("auto", "eager")
+ELMO_IMPLEMENTATIONS = ("auto", "eager", "export")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
 SOFTMAX_TYPES = ("full", "sampled")
 # Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
@@ -118,7 +118,9 @@ class ElmoConfig(PreTrainedConfig):
         elmo_implementation (`str`, defaults to `"auto"`):
             `"auto"` runs the CPU kernels of `cpu_kernels.py` where they compute the same thing as the model's own
             modules (CPU, no autograd, float32 or bfloat16, stock layers without hooks); `"eager"` always runs the
-            modules themselves (the reference computation).
+            modules themselves (the reference computation); `"export"` runs the export path, the computation that
+            `torch.export` and ONNX export take whatever this is set to (every sentence runs to the batch's longest
+            length, no host synchronisation), e.g. for `torch.compile(model, fullgraph=True, dynamic=True)`.
 
     Every field is checked whenever it is set (construction, attribute assignment, `update`, `from_pretrained`
     keywords), and the relations between fields (`scalar_mix_parameters` against `num_layers`, filter widths against
