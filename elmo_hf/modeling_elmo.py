@@ -498,7 +498,9 @@ class ElmoModel(ElmoPreTrainedModel):
                 passed through unchanged, as the original implementations keep them.
         """
         if input_ids is None:
-            raise ValueError("ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token).")
+            raise ValueError(
+                "ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token)."
+            )
         self._check_inputs(input_ids, attention_mask)
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
