@@ -24,7 +24,19 @@ import sys
 # subcommand -> (module implementing it, one-line summary for `elmo-hf --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("elmo_hf.conversion.convert", "convert an original options.json + weights .hdf5 to a Hugging Face folder"),
+    "export": ("elmo_hf.conversion.export", "export an elmo-hf folder to the original options.json + weights.hdf5"),
+    "pretrain": ("elmo_hf.pretraining", "pretrain a biLM on text files, or adapt a model folder to new text"),
+    "export-onnx": ("elmo_hf.onnx_export", "export a converted folder (base model or head) to onnx/model.onnx inside it"),
 }
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default only where it has one (not for flags and options that default to None)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def run_subcommand(name: str, argv: list[str] | None = None) -> int:
@@ -32,7 +44,7 @@ def run_subcommand(name: str, argv: list[str] | None = None) -> int:
     module_name, summary = SUBCOMMANDS[name]
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(
-        prog=f"elmo-hf {name}", description=summary, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        prog=f"elmo-hf {name}", description=summary, formatter_class=HelpFormatter
     )
     module.add_arguments(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
