@@ -590,6 +590,22 @@ class ElmoModel(ElmoPreTrainedModel):
             state.append(tensor)
         return tuple(state)
 
+    def _token_layer(self, input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The token vectors of every sentence wrapped in `<S>`, `</S>`: `(batch_size, sequence_length + 2,
+        projection_dim)`, zero beyond each row's `lengths + 2`. Words must come first in each row (`mask`).
+
+        The token layer runs once per distinct word of the batch (and the two boundary tokens), never on padding.
+        """
+        batch_size, sequence_length = mask.shape
+        words = torch.cat([self.boundary_char_ids.to(input_ids), input_ids[mask]])
+        distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
+        embeddings = self.token_encoder(distinct_ids)[occurrences]
+        tokens = embeddings.new_zeros(batch_size, sequence_length + 2, self.config.projection_dim)
+        tokens[:, 0] = embeddings[0]
+        tokens[:, 1 : sequence_length + 1][mask] = embeddings[2:]
+        tokens[torch.arange(batch_size, device=mask.device), lengths + 1] = embeddings[1]
+        return tokens
+
     @can_return_tuple
     def forward(
         self,
@@ -616,7 +632,9 @@ class ElmoModel(ElmoPreTrainedModel):
                 passed through unchanged, as the original implementations keep them.
         """
         if input_ids is None:
-            raise ValueError("ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token).")
+            raise ValueError(
+                "ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token)."
+            )
         export_path = use_export_path(self.config)
         traced = torch.compiler.is_exporting() or torch.compiler.is_compiling()
         self._check_inputs(input_ids, attention_mask, check_values=not (export_path and traced))
@@ -640,17 +658,7 @@ class ElmoModel(ElmoPreTrainedModel):
         if order is not None:
             input_ids, mask = gather_words(input_ids, order), gather_words(mask, order)
 
-        # The char CNN runs once per distinct word of the batch (and the two boundary tokens), never on padding.
-        words = torch.cat([self.boundary_char_ids.to(input_ids), input_ids[mask]])
-        distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
-        embeddings = self.token_encoder(distinct_ids)[occurrences]
-        begin_embedding, end_embedding, word_embeddings = embeddings[0], embeddings[1], embeddings[2:]
-        # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
-        tokens = word_embeddings.new_zeros(batch_size, sequence_length + 2, self.config.projection_dim)
-        tokens[:, 1 : sequence_length + 1][mask] = word_embeddings
-        tokens[:, 0] = begin_embedding
-        tokens[torch.arange(batch_size, device=mask.device), lengths + 1] = end_embedding
-
+        tokens = self._token_layer(input_ids, mask, lengths)
         initial_state = self._initial_lstm_state(lstm_state, batch_size, tokens)
         layer_outputs, final_state = self.bilm(tokens, lengths + 2, initial_state)
 
