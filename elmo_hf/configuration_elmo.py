@@ -26,14 +26,16 @@ from .pipeline_elmo import ElmoTokenClassificationPipeline
 from .tokenization_elmo import CHAR_VOCAB_SIZE
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
-ELMO_IMPLEMENTATIONS = ("auto", "eager")
+ELMO_IMPLEMENTATIONS = ("auto", "eager", "export")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
+SOFTMAX_TYPES = ("full", "sampled")
 # Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
 ELMO_AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
     "AutoModel": "modeling_elmo.ElmoModel",
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
     "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
+    "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
 }
 # The stock token-classification pipeline cannot read one row of character ids per word, so saved folders name ours.
 # Importing it here makes `save_pretrained` copy pipeline_elmo.py beside this file, and remote loading fetch it.
@@ -102,10 +104,23 @@ class ElmoConfig(PreTrainedConfig):
             Layers of the task biLSTM.
         concatenate_elmo_to_task_output (`bool`, defaults to `False`):
             With a task biLSTM, also concatenate a second, independent ELMo mix to its output (paper §3.3).
+        word_vocab_size (`int`, *optional*):
+            Words of the pretraining softmax ([`ElmoForPreTraining`]), boundary and unknown words included; the
+            vocabulary itself is saved beside the model as `vocab.txt`.
+        softmax_type (`str`, defaults to `"full"`):
+            Training loss of the pretraining softmax: `"full"`, or `"sampled"` (the original's sampled softmax over
+            `softmax_num_samples` words drawn log-uniformly, for large vocabularies). Evaluation is always full.
+        softmax_num_samples (`int`, defaults to 8192):
+            Words sampled per batch by the sampled softmax (the original's `n_negative_samples_batch`).
+        pretraining_dropout (`float`, defaults to 0.1):
+            Dropout while pretraining on every biLSTM layer's input and on the top layer's output before the softmax
+            (the original trains with 0.1).
         elmo_implementation (`str`, defaults to `"auto"`):
             `"auto"` runs the CPU kernels of `cpu_kernels.py` where they compute the same thing as the model's own
             modules (CPU, no autograd, float32 or bfloat16, stock layers without hooks); `"eager"` always runs the
-            modules themselves (the reference computation).
+            modules themselves (the reference computation); `"export"` runs the export path, the computation that
+            `torch.export` and ONNX export take whatever this is set to (every sentence runs to the batch's longest
+            length, no host synchronisation), e.g. for `torch.compile(model, fullgraph=True, dynamic=True)`.
 
     Every field is checked whenever it is set (construction, attribute assignment, `update`, `from_pretrained`
     keywords), and the relations between fields (`scalar_mix_parameters` against `num_layers`, filter widths against
@@ -155,6 +170,10 @@ class ElmoConfig(PreTrainedConfig):
     task_lstm_dim: int | None = None
     task_lstm_layers: int = 1
     concatenate_elmo_to_task_output: bool = False
+    word_vocab_size: int | None = None
+    softmax_type: str = "full"
+    softmax_num_samples: int = 8192
+    pretraining_dropout: float | int = 0.1
     elmo_implementation: str = "auto"
     pad_token_id: int | None = 0
     bos_token_id: int | None = 257
@@ -287,6 +306,13 @@ _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "task_lstm_dim": (lambda v: v is None or (_is_int(v) and v >= 1), "a positive integer or None (no task biLSTM)"),
     "task_lstm_layers": _POSITIVE_INT,
     "elmo_implementation": (lambda v: v in ELMO_IMPLEMENTATIONS, f"one of {ELMO_IMPLEMENTATIONS}"),
+    "word_vocab_size": (
+        lambda v: v is None or (_is_int(v) and v >= 3),
+        "None or an integer of at least 3 (</S>, <S>, <UNK>)",
+    ),
+    "softmax_type": (lambda v: v in SOFTMAX_TYPES, f"one of {SOFTMAX_TYPES}"),
+    "softmax_num_samples": _POSITIVE_INT,
+    "pretraining_dropout": (lambda v: _is_number(v) and 0 <= v < 1, "in [0, 1)"),
 }
 
 
@@ -295,6 +321,7 @@ def _check_field(name: str, value: Any):
     rule = _FIELD_RULES.get(name)
     if rule is not None and not rule[0](value):
         raise ValueError(f"ElmoConfig.{name} must be {rule[1]}, got {value!r}.")
+
 
 
 __all__ = ["ElmoConfig"]
