@@ -262,3 +262,22 @@ def test_torchrun_two_processes_equal_one_process_with_the_same_global_batch(ptb
     rank0, rank1, single = (torch.load(tmp_path / f"rank{name}.pt") for name in ("0", "1", "single"))
     torch.testing.assert_close(rank0, rank1, rtol=0, atol=0)
     torch.testing.assert_close(rank0, single, rtol=1e-5, atol=1e-6)
+
+
+def test_streamed_files_and_a_datasets_text_dataset_train_with_trainer(ptb_slice, tmp_path):
+    assert pretrain("--train", ptb_slice["train"], "--output", tmp_path / "streamed", *TINY_FLAGS, "--streaming",
+                    "--max-steps", "2", "--batch-size", "4") == 0
+    assert ElmoForPreTraining.from_pretrained(tmp_path / "streamed").config.word_vocab_size > 3
+    datasets = pytest.importorskip("datasets")
+    from transformers import Trainer, TrainingArguments
+
+    vocabulary = ElmoWordVocabulary.build([ptb_slice["train"]])
+    table = datasets.Dataset.from_dict({"text": ptb_slice["train"].read_text(encoding="utf-8").splitlines()[:16]})
+    model = tiny_pretraining_model(len(vocabulary), initializer_range=0.02)
+    before = model.softmax.weight.detach().clone()
+    arguments = TrainingArguments(tmp_path / "datasets", max_steps=2, per_device_train_batch_size=4, report_to=[],
+                                  remove_unused_columns=False, use_cpu=True, disable_tqdm=True)
+    result = Trainer(model=model, args=arguments, train_dataset=table,
+                     data_collator=DataCollatorForElmoPreTraining(vocabulary)).train()
+    assert result.global_step == 2 and math.isfinite(result.training_loss)
+    assert not torch.equal(before, model.softmax.weight)
