@@ -19,7 +19,8 @@
 
 Checkpoints go to `OUTPUT/checkpoint-STEP`; `--resume` continues from the last one with the same result as a run
 that was never stopped. The finished model (config, weights, tokenizer, `vocab.txt`, training curves) is written
-into OUTPUT last, so a folder with `config.json` is complete.
+into OUTPUT last, so a folder with `config.json` is complete; `examples/plot_pretraining.py OUTPUT` draws its
+loss and perplexity curves.
 """
 
 import argparse
@@ -69,7 +70,6 @@ ARCHITECTURE_FIELDS = (
     "char_embedding_dim", "filters", "activation", "num_highway_layers", "projection_dim", "lstm_dim", "num_layers",
     "cell_clip", "projection_clip", "use_skip_connections", "max_characters_per_token", "word_vocab_size",
 )
-CURVES_FILE = "training_curves.png"
 LOG_FILE = "training_log.json"
 
 
@@ -214,37 +214,9 @@ def check_resume(output: Path, config: ElmoConfig) -> str | None:
     return checkpoint
 
 
-def save_curves(log_history: list[dict], folder: Path) -> None:
-    """The loss and perplexity curves as `training_log.json` and (with matplotlib) `training_curves.png`."""
+def save_log(log_history: list[dict], folder: Path) -> None:
+    """The loss and perplexity curves as `training_log.json` (`examples/plot_pretraining.py` draws them)."""
     (folder / LOG_FILE).write_text(json.dumps(log_history, indent=1))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    figure, (loss_axis, perplexity_axis) = plt.subplots(1, 2, figsize=(11, 4))
-    for key, axis, label in (
-        ("loss", loss_axis, "train loss"),
-        ("eval_loss", loss_axis, "held-out loss"),
-        ("forward_perplexity", perplexity_axis, "train forward"),
-        ("backward_perplexity", perplexity_axis, "train backward"),
-        ("eval_forward_perplexity", perplexity_axis, "held-out forward"),
-        ("eval_backward_perplexity", perplexity_axis, "held-out backward"),
-    ):
-        points = [(entry["step"], entry[key]) for entry in log_history if key in entry]
-        if points:
-            axis.plot(*zip(*points), label=label, marker="." if key.startswith("eval") else None)
-    loss_axis.set(xlabel="step", ylabel="mean NLL per word (nats)")
-    perplexity_axis.set(xlabel="step", ylabel="perplexity", yscale="log")
-    for axis in (loss_axis, perplexity_axis):
-        if axis.lines:
-            axis.legend()
-        axis.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(folder / CURVES_FILE, dpi=100)
-    plt.close(figure)
 
 
 def save_model(trainer: ElmoPreTrainer, vocabulary: ElmoWordVocabulary, output: Path) -> None:
@@ -254,7 +226,7 @@ def save_model(trainer: ElmoPreTrainer, vocabulary: ElmoWordVocabulary, output: 
         trainer.save_model(str(staging))
         ElmoTokenizer(max_characters_per_token=trainer.model.config.max_characters_per_token).save_pretrained(staging)
         vocabulary.save(staging)
-        save_curves(trainer.state.log_history, staging)
+        save_log(trainer.state.log_history, staging)
         for path in sorted(staging.iterdir(), key=lambda path: path.name == "config.json"):
             os.replace(path, output / path.name)
     finally:

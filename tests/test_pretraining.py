@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import datasets
 import pytest
 import torch
 from conftest import tiny_config
@@ -149,7 +150,6 @@ def test_vocabulary_counts_cutoffs_and_round_trip(tmp_path):
 
 
 def test_long_lines_are_split_not_dropped_and_datasets_text_rows_work():
-    datasets = pytest.importorskip("datasets")
     collator = DataCollatorForElmoPreTraining(vocabulary_of("w"), max_words=4)
     table = datasets.Dataset.from_dict({"text": ["w " * 10, "w w"]})
     batch = collator(list(table))
@@ -176,6 +176,8 @@ def test_pretrain_lowers_the_loss_on_real_text_and_saves_a_loadable_folder(ptb_s
     untrained = math.log(len(ElmoWordVocabulary.load(output)))
     assert losses[0] == pytest.approx(untrained, abs=0.1) and losses[-1] < untrained - 0.5
     assert held_out[-1] < untrained - 0.3
+    subprocess.run([sys.executable, str(ROOT / "examples" / "plot_pretraining.py"), str(output)], check=True,
+                   capture_output=True, timeout=300)
     assert (output / "training_curves.png").stat().st_size > 0
     model = AutoModelForPreTraining.from_pretrained(output)
     assert isinstance(model, ElmoForPreTraining)
@@ -268,7 +270,6 @@ def test_streamed_files_and_a_datasets_text_dataset_train_with_trainer(ptb_slice
     assert pretrain("--train", ptb_slice["train"], "--output", tmp_path / "streamed", *TINY_FLAGS, "--streaming",
                     "--max-steps", "2", "--batch-size", "4") == 0
     assert ElmoForPreTraining.from_pretrained(tmp_path / "streamed").config.word_vocab_size > 3
-    datasets = pytest.importorskip("datasets")
     from transformers import Trainer, TrainingArguments
 
     vocabulary = ElmoWordVocabulary.build([ptb_slice["train"]])
