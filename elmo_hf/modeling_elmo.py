@@ -19,17 +19,21 @@ is described in this repository's docs/original_computation.md.
 
 Every module computes what the paper says with its own submodules; on CPU without autograd, the token layer and the
 LSTM cells may instead run the faster kernels of `cpu_kernels.py`, which compute the same thing (see
-`use_cpu_kernels`, the one place that decides).
+`use_cpu_kernels`, the one place that decides). Under `torch.export` (or with `config.elmo_implementation =
+"export"`) the model runs its export path instead, which has no host synchronisation and no shape taken from data
+(see `use_export_path`).
 
 Dimension names used in the docstrings: `batch_size`, `sequence_length` (words), `max_characters_per_token`,
 `projection_dim`, `lstm_dim`; `sequence_length + 2` counts the sentence boundaries `<S>` and `</S>`.
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch._higher_order_ops.scan import scan
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
@@ -53,6 +57,12 @@ def use_cpu_kernels(module: nn.Module, *inputs: torch.Tensor) -> bool:
     if module.config.elmo_implementation != "auto":
         return False
     return kernels_apply(module, inputs, CPU_KERNEL_MODULE_TYPES[type(module)])
+
+
+def use_export_path(config: ElmoConfig) -> bool:
+    """Whether the model runs its export path: under `torch.export` (and so `torch.onnx.export(..., dynamo=True)`),
+    or when `config.elmo_implementation == "export"` (e.g. for `torch.compile(fullgraph=True)`)."""
+    return torch.compiler.is_exporting() or config.elmo_implementation == "export"
 
 
 class ElmoCharCnn(nn.Module):
@@ -122,11 +132,51 @@ class ElmoCharacterEncoder(nn.Module):
         """`(num_words, max_characters_per_token)` character ids -> `(num_words, projection_dim)` token vectors."""
         if use_cpu_kernels(self, char_ids):
             return encode_words(self, char_ids)
-        chunks = [
-            self.projection(self.highway(self.char_cnn(self.char_embeddings(chunk))))
-            for chunk in char_ids.split(self.chunk_size)
-        ]
-        return torch.cat(chunks)
+        # The export path takes all words at once: a number of chunks would depend on the data.
+        chunks = (char_ids,) if use_export_path(self.config) else char_ids.split(self.chunk_size)
+        return torch.cat([self.projection(self.highway(self.char_cnn(self.char_embeddings(chunk)))) for chunk in chunks])
+
+
+def masked_recurrence(
+    step: Callable[[torch.Tensor, LstmState], LstmState],
+    inputs: torch.Tensor,
+    mask: torch.Tensor,
+    initial_state: LstmState,
+) -> tuple[torch.Tensor, LstmState]:
+    """Runs one LSTM direction over a padded batch: every row runs to the longest length, a finished row keeps its
+    state. The export path's recurrence: no host synchronisation and no shape taken from data, so it exports with
+    dynamic batch and length; it spends work on padding, where `lstm_with_projection` does not.
+
+    Under `torch.export` and `torch.compile` the loop is `torch._higher_order_ops.scan` (an ONNX `Scan`; a
+    prototype in torch 2.13, guarded by the export parity tests), in plain eager mode a Python loop (faster there).
+
+    Args:
+        step: one time step, `(step_inputs, (h, c)) -> (h, c)` (`ElmoLstmCellWithProjection.step`, whose inputs are
+            the input-to-gate products).
+        inputs: `(steps, batch_size, features)` what `step` reads at each step, time-major, in this direction's order.
+        mask: `(steps, batch_size, 1)` bool, true where the row has a token at that step.
+        initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`.
+
+    Returns:
+        The outputs `(steps, batch_size, projection_dim)`, zero where `mask` is false, and each row's final `(h, c)`
+        (the state after its own last step).
+    """
+
+    def masked_step(state, step_inputs_and_mask):  # no annotations: torch.compile cannot evaluate subscripted ones
+        """`((h, c), (step_inputs, running))` -> the next state (unchanged where not running) and the output."""
+        step_inputs, running = step_inputs_and_mask
+        hidden, cell = step(step_inputs, state)
+        state = (torch.where(running, hidden, state[0]), torch.where(running, cell, state[1]))
+        return state, hidden * running
+
+    if torch.compiler.is_exporting() or torch.compiler.is_compiling():
+        final_state, outputs = scan(masked_step, initial_state, (inputs, mask))
+        return outputs, final_state
+    state, outputs = initial_state, []
+    for step_inputs_and_mask in zip(inputs, mask):
+        state, output = masked_step(state, step_inputs_and_mask)
+        outputs.append(output)
+    return torch.stack(outputs), state
 
 
 class ElmoLstmCellWithProjection(nn.Module):
@@ -199,6 +249,21 @@ class ElmoLstmCellWithProjection(nn.Module):
         # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
         final_hidden, final_cell = (torch.cat(parts[::-1]) for parts in zip(*finished))
         return torch.cat(outputs), (final_hidden, final_cell)
+
+    def forward_masked(
+        self, inputs: torch.Tensor, mask: torch.Tensor, initial_state: LstmState
+    ) -> tuple[torch.Tensor, LstmState]:
+        """The export path: `(batch_size, steps, projection_dim)` padded inputs in this direction's time order and
+        their `(batch_size, steps)` bool mask -> outputs of the same shape (zero at padding) and the final state (see
+        `masked_recurrence`)."""
+        # (steps, batch_size, 4 * lstm_dim): all input-to-gate products in one matrix product, then time-major
+        gate_inputs = self.input_to_gates(inputs).transpose(0, 1)
+        outputs, final_state = masked_recurrence(
+            self.step, gate_inputs, mask.transpose(0, 1).unsqueeze(-1), initial_state
+        )
+        return outputs.transpose(0, 1), final_state
+
+
 class ElmoLstmLayer(nn.Module):
     """One biLSTM layer: independent forward and backward cells, each fed its own direction's previous layer."""
 
@@ -281,6 +346,35 @@ class ElmoBiLm(nn.Module):
             final_cell += [forward_state[1], backward_state[1]]
         return layer_outputs, (torch.stack(final_hidden)[:, unsort], torch.stack(final_cell)[:, unsort])
 
+    def forward_masked(
+        self, token_embeddings: torch.Tensor, lengths: torch.Tensor, initial_state: LstmState
+    ) -> tuple[list[torch.Tensor], LstmState]:
+        """The export path, arguments and results as `forward`: every row runs to the longest length (see
+        `masked_recurrence`); the backward direction reads each row reversed within its own length by a
+        gather, and the same gather puts its outputs back."""
+        steps = torch.arange(token_embeddings.shape[1], device=lengths.device)
+        mask = steps < lengths.unsqueeze(1)  # (batch_size, sequence_length + 2)
+        # Row r, step t of the backward direction is position lengths[r] - 1 - t (padding stays in place).
+        reverse = torch.where(mask, lengths.unsqueeze(1) - 1 - steps, steps).unsqueeze(-1)
+        reverse = reverse.expand(-1, -1, token_embeddings.shape[-1])
+        forward_inputs, backward_inputs = token_embeddings, token_embeddings.gather(1, reverse)
+        hidden, cell = initial_state
+        layer_outputs, final_hidden, final_cell = [], [], []
+        for index, layer in enumerate(self.layers):
+            forward_outputs, forward_state = layer.forward_cell.forward_masked(
+                forward_inputs, mask, (hidden[2 * index], cell[2 * index])
+            )
+            backward_outputs, backward_state = layer.backward_cell.forward_masked(
+                backward_inputs, mask, (hidden[2 * index + 1], cell[2 * index + 1])
+            )
+            if layer.residual:
+                forward_outputs, backward_outputs = forward_outputs + forward_inputs, backward_outputs + backward_inputs
+            forward_inputs, backward_inputs = forward_outputs, backward_outputs
+            layer_outputs.append(torch.cat([forward_outputs, backward_outputs.gather(1, reverse)], dim=-1))
+            final_hidden += [forward_state[0], backward_state[0]]
+            final_cell += [forward_state[1], backward_state[1]]
+        return layer_outputs, (torch.stack(final_hidden), torch.stack(final_cell))
+
 
 
 # The module types each kernel of `cpu_kernels.py` reads (and whose forward it replaces), for `use_cpu_kernels`.
@@ -322,6 +416,16 @@ def gather_words(tensor: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     index = order.view(*order.shape, *(1,) * (tensor.dim() - 2)).expand_as(tensor)
     return tensor.gather(1, index)
 
+
+def words_first_positions(mask: torch.Tensor) -> torch.Tensor:
+    """`(batch_size, sequence_length)` int64: where each position goes when the words of its row move to the front
+    (words in order, then the padding in order). Scattering by it moves them; gathering by it moves them back. The
+    export path's form of `words_first_order`: no sort and no host synchronisation."""
+    counts = mask.cumsum(1)
+    padding_position = mask.sum(1, keepdim=True) + torch.arange(mask.shape[1], device=mask.device) - counts
+    return torch.where(mask, counts - 1, padding_position)
+
+
 @dataclass
 class ElmoModelOutput(ModelOutput):
     r"""
@@ -352,6 +456,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
+
+    def __init__(self, config: ElmoConfig, *inputs, **kwargs):
+        # Fields are checked as they are set, the constraints between them (e.g. scalar_mix_parameters against
+        # num_layers) only as a whole: check again before any module reads the config.
+        config.validate()
+        super().__init__(config, *inputs, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -396,12 +506,31 @@ class ElmoModel(ElmoPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.token_encoder.char_embeddings = value
 
-    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
-        """Raises a clear error for inputs the model cannot read correctly."""
+    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, check_values: bool = True):
+        """Raises a clear error for inputs the model cannot read correctly, and for tracing. `check_values=False` checks
+        types and shapes only: the checks of values (id range, a mask marking an all-zero word) read the data, which a
+        traced graph cannot do (the export path under `torch.export` or `torch.compile`)."""
+        if torch.jit.is_tracing():
+            raise RuntimeError(
+                "ELMo cannot be traced (torch.jit.trace, torch.onnx.export(..., dynamo=False)): a trace fixes the "
+                "traced batch's sentence lengths into the graph, which is then wrong for other inputs. Export with "
+                "`elmo-hf export-onnx`, torch.onnx.export(..., dynamo=True) or torch.export.export."
+            )
         if not isinstance(input_ids, torch.Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
+        if torch.iinfo(input_ids.dtype).max < self.config.char_vocab_size - 1:
+            raise TypeError(
+                f"input_ids has dtype {input_ids.dtype}, which cannot hold character ids up to "
+                f"{self.config.char_vocab_size - 1} (begin/end-of-word are 259/260), so its values have wrapped "
+                "around; keep the torch.long ids ElmoTokenizer returns."
+            )
+        if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+            raise TypeError(
+                f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
+                "return_tensors='pt' or pass torch.tensor(attention_mask)."
+            )
         chars = self.config.max_characters_per_token
         if input_ids.dim() != 3:
             raise ValueError(
@@ -415,11 +544,15 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"input_ids has {input_ids.shape[-1]} character ids per word, but this model reads "
                 f"max_characters_per_token={chars}; tokenize with ElmoTokenizer(max_characters_per_token={chars})."
             )
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.char_vocab_size):
-            raise ValueError(
-                f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
-                f"{int(input_ids.min())}..{int(input_ids.max())}); ELMo ids come from ElmoTokenizer."
-            )
+        if not check_values:
+            return
+        if input_ids.numel():
+            low, high = int(input_ids.min()), int(input_ids.max())
+            if low < 0 or high >= self.config.char_vocab_size:
+                raise ValueError(
+                    f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
+                    f"{low}..{high}); ELMo ids come from ElmoTokenizer."
+                )
         if attention_mask is not None:
             if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
                 raise ValueError(
@@ -484,13 +617,23 @@ class ElmoModel(ElmoPreTrainedModel):
         """
         if input_ids is None:
             raise ValueError("ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token).")
-        self._check_inputs(input_ids, attention_mask)
+        export_path = use_export_path(self.config)
+        traced = torch.compiler.is_exporting() or torch.compiler.is_compiling()
+        self._check_inputs(input_ids, attention_mask, check_values=not (export_path and traced))
+        input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         mask = word_mask(input_ids, attention_mask)
         batch_size, sequence_length = mask.shape
         lengths = mask.sum(1)
+        if export_path:
+            layers, final_state = self._forward_export(input_ids, mask, lengths, lstm_state)
+            return ElmoModelOutput(
+                last_hidden_state=layers[-1],
+                hidden_states=tuple(layers) if output_hidden_states else None,
+                lstm_state=final_state if output_lstm_state else None,
+            )
 
         # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
         order = words_first_order(mask)
@@ -526,6 +669,40 @@ class ElmoModel(ElmoPreTrainedModel):
             hidden_states=tuple(layers) if output_hidden_states else None,
             lstm_state=final_state if output_lstm_state else None,
         )
+
+    def _forward_export(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, lstm_state: LstmState | None
+    ) -> tuple[list[torch.Tensor], LstmState]:
+        """The export path (`use_export_path`): the same layers and final state as `forward`, computed without host
+        synchronisation or shapes taken from data, so that `torch.export` traces it with dynamic batch and length.
+
+        The differences: the token layer runs on every position, padding included (no distinct-word pass); the
+        recurrence runs every row to the longest length (`masked_recurrence`); the words are moved to the
+        front of each row unconditionally, by a scatter; `lstm_state` must have exactly `batch_size` rows.
+        """
+        batch_size, sequence_length = mask.shape
+        words_first = words_first_positions(mask)
+        input_ids = input_ids.new_zeros(input_ids.shape).scatter(
+            1, words_first.unsqueeze(-1).expand_as(input_ids), input_ids
+        )
+        steps = torch.arange(sequence_length + 2, device=mask.device)
+        words = (steps[1:-1] <= lengths.unsqueeze(1)).unsqueeze(-1)  # (batch_size, sequence_length, 1)
+
+        chars = self.config.max_characters_per_token
+        embeddings = self.token_encoder(torch.cat([self.boundary_char_ids.to(input_ids), input_ids.view(-1, chars)]))
+        begin_embedding, end_embedding = embeddings[0], embeddings[1]
+        word_embeddings = embeddings[2:].view(batch_size, sequence_length, -1) * words
+        # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
+        tokens = nn.functional.pad(word_embeddings, (0, 0, 1, 1))
+        tokens = torch.where((steps == 0).unsqueeze(-1), begin_embedding, tokens)
+        tokens = torch.where((steps == lengths.unsqueeze(1) + 1).unsqueeze(-1), end_embedding, tokens)
+
+        initial_state = self._initial_lstm_state(lstm_state, batch_size, tokens)
+        layer_outputs, final_state = self.bilm.forward_masked(tokens, lengths + 2, initial_state)
+        layers = [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
+        restore = words_first.unsqueeze(-1).expand(-1, -1, layers[0].shape[-1])
+        layers = [(layer[:, 1 : sequence_length + 1] * words).gather(1, restore) for layer in layers]
+        return layers, final_state
 
 
 class ElmoScalarMix(nn.Module):
@@ -605,6 +782,8 @@ class ElmoTaskEncoder(nn.Module):
     def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch_size, sequence_length, hidden_size)` -> `(batch_size, sequence_length, 2 * task_lstm_dim)`, zero at
         padding."""
+        if features.shape[1] == 0:  # only texts without words: nothing to run (an LSTM cannot pack zero steps)
+            return features.new_zeros(*features.shape[:2], 2 * self.lstm.hidden_size)
         order = words_first_order(mask)
         if order is not None:
             features = gather_words(features, order)
@@ -616,6 +795,37 @@ class ElmoTaskEncoder(nn.Module):
         )
         if order is not None:
             outputs = gather_words(outputs, order.argsort(1))
+        return outputs * mask.unsqueeze(-1).to(outputs.dtype)
+
+    def forward_masked(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The export path (see `use_export_path`), arguments and result as `forward`: each layer and direction of
+        the biLSTM runs as `masked_recurrence` on the `nn.LSTM`'s own parameters (an `nn.LSTM` over packed sequences
+        cannot be exported), the backward direction on each row reversed within its length."""
+        lstm = self.lstm
+        words_first = words_first_positions(mask).unsqueeze(-1)
+        inputs = features.new_zeros(features.shape).scatter(1, words_first.expand_as(features), features)
+        steps = torch.arange(mask.shape[1], device=mask.device)
+        lengths = mask.sum(1, keepdim=True)
+        running = steps < lengths
+        reverse = torch.where(running, lengths - 1 - steps, steps).unsqueeze(-1)
+        running = running.transpose(0, 1).unsqueeze(-1)  # (sequence_length, batch_size, 1), time-major
+        for layer in range(lstm.num_layers):
+            directions = []
+            for suffix in ("", "_reverse"):
+                weights = tuple(
+                    getattr(lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+                )
+                ordered = inputs if not suffix else inputs.gather(1, reverse.expand_as(inputs))
+
+                def step(step_inputs, state, weights=weights):  # no annotations, as in `masked_recurrence`
+                    return torch.lstm_cell(step_inputs, state, *weights)
+
+                # two zero tensors: the scan's initial state may not alias
+                state = tuple(features.new_zeros(features.shape[0], lstm.hidden_size) for _ in range(2))
+                outputs = masked_recurrence(step, ordered.transpose(0, 1), running, state)[0].transpose(0, 1)
+                directions.append(outputs if not suffix else outputs.gather(1, reverse.expand_as(outputs)))
+            inputs = torch.cat(directions, dim=-1)
+        outputs = inputs.gather(1, words_first.expand_as(inputs))
         return outputs * mask.unsqueeze(-1).to(outputs.dtype)
 
 
@@ -668,7 +878,9 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
             ).hidden_states
         mask = word_mask(input_ids, attention_mask)
         features = self.scalar_mix(layers, mask)
-        if self.task_encoder is not None:
+        if self.task_encoder is not None and use_export_path(self.config):
+            features = self.task_encoder.forward_masked(features, mask)
+        elif self.task_encoder is not None:
             features = self.task_encoder(features, mask)
         if self.task_output_scalar_mix is not None:
             features = torch.cat([features, self.task_output_scalar_mix(layers, mask)], dim=-1)
@@ -689,6 +901,21 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         if num_items_in_batch is None:
             return penalty
         return penalty * labels.ne(-100).sum() / num_items_in_batch
+
+    @staticmethod
+    def _check_labels_type(labels: torch.Tensor):
+        if not isinstance(labels, torch.Tensor):
+            raise TypeError(
+                f"labels must be a torch.Tensor, got {type(labels).__name__}; pass torch.tensor(labels) (the data "
+                "collators return tensors)."
+            )
+
+    @staticmethod
+    def _loss_without_labelled_items(logits: torch.Tensor) -> torch.Tensor:
+        """The loss of a batch without a labelled item (texts without words, or every label -100): zero, with zero
+        gradients. The stock mean, or sum over `num_items_in_batch = 0`, is 0/0, and its NaN gradient would spoil
+        every weight it reaches."""
+        return logits.sum() * 0.0
 
     def _check_label_ids(self, labels: torch.Tensor):
         valid = (labels == -100) | ((labels >= 0) & (labels < self.config.num_labels))
@@ -736,6 +963,7 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
         logits = self.classifier(features)
         loss = None
         if labels is not None:
+            self._check_labels_type(labels)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(
                     f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
@@ -744,6 +972,8 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
             self._check_label_ids(labels)
             loss = self.loss_function(logits, labels, self.config, **kwargs)
             loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
 
@@ -779,10 +1009,13 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 Return the biLM's `num_layers + 1` layers.
         """
         features, mask, hidden_states = self._elmo_features(input_ids, attention_mask, output_hidden_states)
+        # A text without words pools to zeros, so its logits are the classifier's bias, alone or in any batch.
         keep = mask.unsqueeze(-1)
         mean = (features * keep).sum(1) / keep.sum(1).clamp(min=1)
-        maximum = features.masked_fill(~keep, float("-inf")).amax(1)
-        maximum = maximum.masked_fill(~keep.any(1), 0.0)
+        if features.shape[1] == 0:
+            maximum = features.new_zeros(features.shape[0], features.shape[2])
+        else:
+            maximum = features.masked_fill(~keep, float("-inf")).amax(1).masked_fill(~keep.any(1), 0.0)
         logits = self.classifier(torch.cat([mean, maximum], dim=-1))
         loss = None
         if labels is not None:
@@ -794,9 +1027,17 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 # sums over it, as the cross-entropy is, so gradient accumulation matches one large batch.
                 loss = loss * labels.ne(-100).sum() / num_items_in_batch
             loss = loss + self._l2_penalty(labels, num_items_in_batch)
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
     def _check_sequence_labels(self, labels: torch.Tensor, batch_size: int):
+        self._check_labels_type(labels)
+        if labels.dim() == 0:
+            raise ValueError(
+                "labels is a 0-dim tensor; it needs a batch axis, shape (batch_size,) or (batch_size, num_labels), "
+                "e.g. torch.tensor([label]) for one sentence."
+            )
         if labels.shape[0] != batch_size:
             raise ValueError(f"labels has {labels.shape[0]} rows for a batch of {batch_size} sentences.")
         if labels.dtype.is_floating_point:
