@@ -1,4 +1,5 @@
-"""ElmoForPreTraining, its data and `elmo-hf pretrain`: targets, loss, perplexity, Trainer, torchrun, resume, errors."""
+"""ElmoForPreTraining, its data and `elmo-hf pretrain`: targets, loss, perplexity, Trainer, torchrun, resume,
+errors."""
 
 import json
 import math
@@ -71,7 +72,8 @@ def test_targets_of_a_three_word_sentence_position_by_position():
     vocabulary = vocabulary_of("the", "cat", "sat")
     batch = DataCollatorForElmoPreTraining(vocabulary)([{"words": ["the", "cat", "sat"]}, {"words": ["dog"]}])
     eos, bos, unk, the, cat, sat = range(6)
-    # forward: <S> -> the, the -> cat, cat -> sat, sat -> </S>; backward: the -> <S>, cat -> the, sat -> cat, </S> -> sat
+    # forward: <S> -> the, the -> cat, cat -> sat, sat -> </S>
+    # backward: the -> <S>, cat -> the, sat -> cat, </S> -> sat
     assert batch["labels"].tolist() == [[the, cat, sat, eos], [unk, eos, -100, -100]]
     assert batch["backward_labels"].tolist() == [[bos, the, cat, sat], [bos, unk, -100, -100]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
