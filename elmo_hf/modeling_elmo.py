@@ -27,6 +27,7 @@ Dimension names used in the docstrings: `batch_size`, `sequence_length` (words),
 `projection_dim`, `lstm_dim`; `sequence_length + 2` counts the sentence boundaries `<S>` and `</S>`.
 """
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -456,6 +457,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
 
+    def __init__(self, config: ElmoConfig, *inputs, **kwargs):
+        # Fields are checked as they are set, the constraints between them (e.g. scalar_mix_parameters against
+        # num_layers) only as a whole: check again before any module reads the config.
+        config.validate()
+        super().__init__(config, *inputs, **kwargs)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
         super()._init_weights(module)
@@ -513,6 +520,17 @@ class ElmoModel(ElmoPreTrainedModel):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
+        if torch.iinfo(input_ids.dtype).max < self.config.char_vocab_size - 1:
+            raise TypeError(
+                f"input_ids has dtype {input_ids.dtype}, which cannot hold character ids up to "
+                f"{self.config.char_vocab_size - 1} (begin/end-of-word are 259/260), so its values have wrapped "
+                "around; keep the torch.long ids ElmoTokenizer returns."
+            )
+        if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+            raise TypeError(
+                f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
+                "return_tensors='pt' or pass torch.tensor(attention_mask)."
+            )
         chars = self.config.max_characters_per_token
         if input_ids.dim() != 3:
             raise ValueError(
@@ -528,11 +546,13 @@ class ElmoModel(ElmoPreTrainedModel):
             )
         if not check_values:
             return
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.char_vocab_size):
-            raise ValueError(
-                f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
-                f"{int(input_ids.min())}..{int(input_ids.max())}); ELMo ids come from ElmoTokenizer."
-            )
+        if input_ids.numel():
+            low, high = int(input_ids.min()), int(input_ids.max())
+            if low < 0 or high >= self.config.char_vocab_size:
+                raise ValueError(
+                    f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
+                    f"{low}..{high}); ELMo ids come from ElmoTokenizer."
+                )
         if attention_mask is not None:
             if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
                 raise ValueError(
@@ -600,6 +620,7 @@ class ElmoModel(ElmoPreTrainedModel):
         export_path = use_export_path(self.config)
         traced = torch.compiler.is_exporting() or torch.compiler.is_compiling()
         self._check_inputs(input_ids, attention_mask, check_values=not (export_path and traced))
+        input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
@@ -761,6 +782,8 @@ class ElmoTaskEncoder(nn.Module):
     def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch_size, sequence_length, hidden_size)` -> `(batch_size, sequence_length, 2 * task_lstm_dim)`, zero at
         padding."""
+        if features.shape[1] == 0:  # only texts without words: nothing to run (an LSTM cannot pack zero steps)
+            return features.new_zeros(*features.shape[:2], 2 * self.lstm.hidden_size)
         order = words_first_order(mask)
         if order is not None:
             features = gather_words(features, order)
@@ -879,6 +902,21 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
             return penalty
         return penalty * labels.ne(-100).sum() / num_items_in_batch
 
+    @staticmethod
+    def _check_labels_type(labels: torch.Tensor):
+        if not isinstance(labels, torch.Tensor):
+            raise TypeError(
+                f"labels must be a torch.Tensor, got {type(labels).__name__}; pass torch.tensor(labels) (the data "
+                "collators return tensors)."
+            )
+
+    @staticmethod
+    def _loss_without_labelled_items(logits: torch.Tensor) -> torch.Tensor:
+        """The loss of a batch without a labelled item (texts without words, or every label -100): zero, with zero
+        gradients. The stock mean, or sum over `num_items_in_batch = 0`, is 0/0, and its NaN gradient would spoil
+        every weight it reaches."""
+        return logits.sum() * 0.0
+
     def _check_label_ids(self, labels: torch.Tensor):
         valid = (labels == -100) | ((labels >= 0) & (labels < self.config.num_labels))
         if not bool(valid.all()):
@@ -925,6 +963,7 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
         logits = self.classifier(features)
         loss = None
         if labels is not None:
+            self._check_labels_type(labels)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(
                     f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
@@ -933,6 +972,8 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
             self._check_label_ids(labels)
             loss = self.loss_function(logits, labels, self.config, **kwargs)
             loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
 
@@ -968,10 +1009,13 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 Return the biLM's `num_layers + 1` layers.
         """
         features, mask, hidden_states = self._elmo_features(input_ids, attention_mask, output_hidden_states)
+        # A text without words pools to zeros, so its logits are the classifier's bias, alone or in any batch.
         keep = mask.unsqueeze(-1)
         mean = (features * keep).sum(1) / keep.sum(1).clamp(min=1)
-        maximum = features.masked_fill(~keep, float("-inf")).amax(1)
-        maximum = maximum.masked_fill(~keep.any(1), 0.0)
+        if features.shape[1] == 0:
+            maximum = features.new_zeros(features.shape[0], features.shape[2])
+        else:
+            maximum = features.masked_fill(~keep, float("-inf")).amax(1).masked_fill(~keep.any(1), 0.0)
         logits = self.classifier(torch.cat([mean, maximum], dim=-1))
         loss = None
         if labels is not None:
@@ -983,9 +1027,17 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 # sums over it, as the cross-entropy is, so gradient accumulation matches one large batch.
                 loss = loss * labels.ne(-100).sum() / num_items_in_batch
             loss = loss + self._l2_penalty(labels, num_items_in_batch)
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
     def _check_sequence_labels(self, labels: torch.Tensor, batch_size: int):
+        self._check_labels_type(labels)
+        if labels.dim() == 0:
+            raise ValueError(
+                "labels is a 0-dim tensor; it needs a batch axis, shape (batch_size,) or (batch_size, num_labels), "
+                "e.g. torch.tensor([label]) for one sentence."
+            )
         if labels.shape[0] != batch_size:
             raise ValueError(f"labels has {labels.shape[0]} rows for a batch of {batch_size} sentences.")
         if labels.dtype.is_floating_point:
@@ -1000,9 +1052,235 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
         self._check_label_ids(labels)
 
 
+@dataclass
+class ElmoForPreTrainingOutput(ModelOutput):
+    r"""
+    Outputs of [`ElmoForPreTraining`]. Position `t` of the forward direction reads `<S>` and words `1..t` and
+    predicts word `t + 1` (`</S>` after the last); position `t` of the backward direction reads word `t + 1` to
+    `</S>` and predicts word `t` (`<S>` before the first). Both have `sequence_length + 1` positions.
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`):
+            Mean of the two directions' mean negative log-likelihood (natural log) per predicted word.
+        forward_loss, backward_loss (`torch.FloatTensor` of shape `()`):
+            Each direction's mean negative log-likelihood over this batch.
+        forward_perplexity, backward_perplexity (`torch.FloatTensor` of shape `()`):
+            `exp` of the direction's loss (of the sampled loss while training with `softmax_type="sampled"`).
+        num_predictions (`torch.LongTensor` of shape `()`):
+            Predicted words per direction in this batch (`labels != -100`), to weight batches into a corpus mean.
+        forward_logits, backward_logits (`torch.FloatTensor` of shape `(batch_size, sequence_length + 1,
+        word_vocab_size)`):
+            Full-softmax logits, returned when no labels are given.
+        hidden_states (`tuple(torch.FloatTensor)`, returned with `output_hidden_states=True`):
+            The biLM's `num_layers + 1` layers with the boundaries, `(batch_size, sequence_length + 2,
+            2 * projection_dim)`.
+    """
+
+    loss: torch.FloatTensor | None = None
+    forward_loss: torch.FloatTensor | None = None
+    backward_loss: torch.FloatTensor | None = None
+    forward_perplexity: torch.FloatTensor | None = None
+    backward_perplexity: torch.FloatTensor | None = None
+    num_predictions: torch.LongTensor | None = None
+    forward_logits: torch.FloatTensor | None = None
+    backward_logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+class ElmoForPreTraining(ElmoPreTrainedModel):
+    """The biLM with the word softmax it is pretrained with (paper §3.1): a forward LM predicts each next word, a
+    backward LM each previous word, both through one softmax over `config.word_vocab_size` words.
+
+    Sentence boundaries take part as in the original: the forward LM predicts `</S>` after the last word, the backward
+    LM `<S>` before the first. While training, dropout (`config.pretraining_dropout`) applies to every biLSTM layer's
+    input and to the top layer's output, and `softmax_type="sampled"` replaces the full softmax by the original's
+    sampled softmax; evaluation always normalises over the whole vocabulary. `ElmoModel.from_pretrained` on a saved
+    folder gives the biLM alone; `from_pretrained` on a converted biLM starts a new softmax (domain adaptation).
+    """
+
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        if config.word_vocab_size is None:
+            raise ValueError(
+                "ElmoForPreTraining needs config.word_vocab_size, the number of words of its softmax (the size of the "
+                "vocabulary built from the corpus)."
+            )
+        self.elmo = ElmoModel(config)
+        self.dropout = nn.Dropout(config.pretraining_dropout)
+        self.softmax = nn.Linear(config.projection_dim, config.word_vocab_size)
+        for layer in self.elmo.bilm.layers:
+            layer.register_forward_pre_hook(self._drop_layer_inputs)
+        self.post_init()
+
+    def _drop_layer_inputs(self, layer: nn.Module, args: tuple) -> tuple | None:
+        """Dropout on a biLSTM layer's inputs (both directions) while the layer trains, before its residual
+        connection; off when the layer is in eval mode, even if this model is not (`model.elmo.eval()`)."""
+        if not layer.training:
+            return None
+        forward_inputs, backward_inputs, *rest = args
+        probability = self.config.pretraining_dropout
+        return (
+            nn.functional.dropout(forward_inputs, probability),
+            nn.functional.dropout(backward_inputs, probability),
+            *rest,
+        )
+
+    def _boundary_layers(self, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+        """The biLM's layers with the sentence boundaries kept: `num_layers + 1` tensors `(batch_size,
+        sequence_length + 2, 2 * projection_dim)`, starting from zero states."""
+        batch_size, sequence_length, chars = input_ids.shape
+        lengths = mask.sum(1)
+        steps = torch.arange(sequence_length + 2, device=mask.device)
+        # (batch_size, sequence_length + 2, chars): <S>, the words, </S>, then padding rows.
+        padding_row = input_ids.new_zeros(batch_size, 1, chars)
+        char_ids = torch.cat([padding_row, input_ids * mask.unsqueeze(-1), padding_row], dim=1)
+        begin, end = self.elmo.boundary_char_ids.to(input_ids)
+        char_ids[:, 0] = begin
+        char_ids[torch.arange(batch_size, device=mask.device), lengths + 1] = end
+        present = steps < (lengths + 2).unsqueeze(1)
+        distinct_ids, occurrences = torch.unique(char_ids[present], dim=0, return_inverse=True)
+        encoded = self.elmo.token_encoder(distinct_ids)
+        tokens = encoded.new_zeros(batch_size, sequence_length + 2, encoded.shape[-1])
+        tokens[present] = encoded[occurrences]
+        zeros = tuple(
+            tokens.new_zeros(2 * self.config.num_layers, batch_size, dim)
+            for dim in (self.config.projection_dim, self.config.lstm_dim)
+        )
+        layer_outputs, _ = self.elmo.bilm(tokens, lengths + 2, zeros)
+        return [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
+
+    def _log_uniform_sample(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """`softmax_num_samples` word ids drawn with replacement from the log-uniform (Zipf) distribution the original
+        samples from, which assumes ids sorted by falling frequency, and the log of each id's expected count."""
+        vocab_size, num_samples = self.config.word_vocab_size, self.config.softmax_num_samples
+        uniform = torch.rand(num_samples, device=device, dtype=torch.float64)
+        sampled = (torch.exp(uniform * math.log(vocab_size + 1)) - 1).long().clamp(max=vocab_size - 1)
+        return sampled, self._log_expected_count(sampled)
+
+    def _log_expected_count(self, ids: torch.Tensor) -> torch.Tensor:
+        """`log(softmax_num_samples * p(id))` for the log-uniform `p(id) = log((id + 2) / (id + 1)) / log(V + 1)`."""
+        ids = ids.double()
+        probability = torch.log((ids + 2) / (ids + 1)) / math.log(self.config.word_vocab_size + 1)
+        return torch.log(self.config.softmax_num_samples * probability).float()
+
+    def _negative_log_likelihoods(
+        self, hidden: torch.Tensor, targets: torch.Tensor, sample: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
+        """`(num_predictions, projection_dim)` outputs and their target ids -> `(num_predictions,)` NLL, over the
+        whole vocabulary, or over the target and the sampled words (log-expected-count corrected, the target's own
+        id among the samples masked out) when `sample` is given."""
+        if sample is None:
+            return nn.functional.cross_entropy(self.softmax(hidden), targets, reduction="none")
+        sampled, sampled_log_count = sample
+        weight, bias = self.softmax.weight, self.softmax.bias
+        true_logits = (hidden * weight[targets]).sum(-1) + bias[targets] - self._log_expected_count(targets)
+        sampled_logits = hidden @ weight[sampled].T + bias[sampled] - sampled_log_count
+        sampled_logits = sampled_logits.masked_fill(sampled.unsqueeze(0) == targets.unsqueeze(1), float("-inf"))
+        logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1)
+        return -torch.log_softmax(logits, dim=1)[:, 0]
+
+    def _check_labels(self, labels: torch.Tensor | None, backward_labels: torch.Tensor | None, mask: torch.Tensor):
+        expected = (mask.shape[0], mask.shape[1] + 1)
+        for name, value in (("labels", labels), ("backward_labels", backward_labels)):
+            if value is None:
+                raise ValueError(
+                    "ElmoForPreTraining needs both labels (forward targets) and backward_labels, or neither; "
+                    "DataCollatorForElmoPreTraining makes both."
+                )
+            if tuple(value.shape) != expected:
+                raise ValueError(
+                    f"{name} must have shape (batch_size, sequence_length + 1) = {expected}, got {tuple(value.shape)}."
+                )
+            valid = (value == -100) | ((value >= 0) & (value < self.config.word_vocab_size))
+            if not bool(valid.all()):
+                raise ValueError(
+                    f"{name} holds word id {int(value[~valid][0])}, outside 0..{self.config.word_vocab_size - 1} "
+                    "(word_vocab_size) and not -100; the vocabulary does not match this model's softmax."
+                )
+        if not bool(((labels == -100) == (backward_labels == -100)).all()):
+            raise ValueError("labels and backward_labels must mark the same positions -100.")
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        backward_labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> ElmoForPreTrainingOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length, max_characters_per_token)`):
+                Character ids of each word, right-padded (padding words all zeros), from [`ElmoTokenizer`].
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 for words, 0 for padding.
+            labels (`torch.LongTensor` of shape `(batch_size, sequence_length + 1)`, *optional*):
+                Forward targets: the vocabulary ids of words `1..n` then `</S>` for a sentence of `n` words, -100
+                beyond.
+            backward_labels (`torch.LongTensor` of shape `(batch_size, sequence_length + 1)`, *optional*):
+                Backward targets: `<S>` then words `1..n`, -100 beyond (the same positions as `labels`).
+            output_hidden_states (`bool`, *optional*):
+                Return the biLM's layers, boundaries included.
+            num_items_in_batch (`int`, *optional*):
+                Predictions per direction over all batches of an optimizer step (Trainer passes it), so the loss is
+                their mean however the step is split into batches or processes.
+        """
+        if input_ids is None:
+            raise ValueError("ElmoForPreTraining needs input_ids of shape (batch_size, sequence_length, characters).")
+        self.elmo._check_inputs(input_ids, attention_mask)
+        mask = word_mask(input_ids, attention_mask)
+        lengths = mask.sum(1, keepdim=True)
+        if not bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths)).all()):
+            raise ValueError("ElmoForPreTraining needs right-padded batches: every row's words first, then padding.")
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        layers = self._boundary_layers(input_ids, mask)
+        projection_dim = self.config.projection_dim
+        forward_outputs = self.dropout(layers[-1][:, :-1, :projection_dim])
+        backward_outputs = self.dropout(layers[-1][:, 1:, projection_dim:])
+        hidden_states = tuple(layers) if output_hidden_states else None
+        if labels is None and backward_labels is None:
+            return ElmoForPreTrainingOutput(
+                forward_logits=self.softmax(forward_outputs),
+                backward_logits=self.softmax(backward_outputs),
+                hidden_states=hidden_states,
+            )
+        self._check_labels(labels, backward_labels, mask)
+        predicted = labels != -100
+        sample = None
+        if self.training and self.config.softmax_type == "sampled":
+            sample = self._log_uniform_sample(input_ids.device)
+        forward_nll = self._negative_log_likelihoods(forward_outputs[predicted], labels[predicted], sample)
+        backward_nll = self._negative_log_likelihoods(backward_outputs[predicted], backward_labels[predicted], sample)
+        num_predictions = predicted.sum()
+        count = num_predictions.clamp(min=1)
+        forward_loss, backward_loss = forward_nll.sum() / count, backward_nll.sum() / count
+        num_items_in_batch = kwargs.get("num_items_in_batch")
+        if num_items_in_batch is None:
+            loss = (forward_loss + backward_loss) / 2
+        else:
+            loss = (forward_nll.sum() + backward_nll.sum()) / (2 * num_items_in_batch)
+        return ElmoForPreTrainingOutput(
+            loss=loss,
+            forward_loss=forward_loss.detach(),
+            backward_loss=backward_loss.detach(),
+            forward_perplexity=forward_loss.detach().exp(),
+            backward_perplexity=backward_loss.detach().exp(),
+            num_predictions=num_predictions,
+            hidden_states=hidden_states,
+        )
+
+
 __all__ = [
     "ElmoBiLm",
     "ElmoCharacterEncoder",
+    "ElmoForPreTraining",
+    "ElmoForPreTrainingOutput",
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
     "ElmoModel",
