@@ -50,9 +50,19 @@ class ElmoConfig(PreTrainedConfig):
 
     Args:
         char_vocab_size (`int`, defaults to 262):
-            Number of character ids: 0 pads whole words, 1..256 are UTF-8 bytes + 1, 257..261 the markers.
+            Number of character ids: 0 pads whole words, 1..256 are UTF-8 bytes + 1, 257..261 the markers. With
+            `boundary_input_ids` (a character dictionary), the dictionary's size + 1.
         max_characters_per_token (`int`, defaults to 50):
             Character ids per word, begin/end-of-word marks included.
+        word_vocab_size (`int`, defaults to 0):
+            Number of word ids of the token layer's word embedding (the dictionary's size + 1, id 0 pads); 0 (the
+            original English checkpoints) for none.
+        word_embedding_dim (`int`, defaults to 0):
+            Width of the word embedding, concatenated before the character CNN's output (ELMoForManyLangs); 0 for
+            none. With it, `input_ids` carry the word id as one more id after each word's character ids.
+        boundary_input_ids (`list[list[int]]`, *optional*):
+            The `input_ids` rows of the sentence boundaries `<S>` and `</S>` (`row_width` ids each), for models whose
+            character ids come from a dictionary. `None` (default): UTF-8 byte ids, whose boundary rows are fixed.
         char_embedding_dim (`int`, defaults to 16):
             Width of the character embeddings.
         filters (`list[list[int]]`):
@@ -114,6 +124,9 @@ class ElmoConfig(PreTrainedConfig):
 
     char_vocab_size: int = 262
     max_characters_per_token: int = 50
+    word_vocab_size: int = 0
+    word_embedding_dim: int = 0
+    boundary_input_ids: list[list[int]] | None = None
     char_embedding_dim: int = 16
     filters: list[list[int]] | tuple[tuple[int, int], ...] = (
         (1, 32),
@@ -157,6 +170,11 @@ class ElmoConfig(PreTrainedConfig):
         return 2 * self.projection_dim
 
     @property
+    def row_width(self) -> int:
+        """Ids per word in `input_ids`: `max_characters_per_token`, plus the word id with a word embedding."""
+        return self.max_characters_per_token + (1 if self.word_embedding_dim else 0)
+
+    @property
     def num_filters(self) -> int:
         """Width of the character CNN output (all banks concatenated)."""
         return sum(num for _, num in self.filters)
@@ -168,7 +186,7 @@ class ElmoConfig(PreTrainedConfig):
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"ElmoConfig.{name} must be a positive integer, got {getattr(self, name)}.")
-        if self.char_vocab_size < 262:
+        if self.boundary_input_ids is None and self.char_vocab_size < 262:
             raise ValueError(
                 f"ElmoConfig.char_vocab_size must be at least 262 (ELMo's character ids), got {self.char_vocab_size}."
             )
@@ -191,11 +209,47 @@ class ElmoConfig(PreTrainedConfig):
                     f"ElmoConfig.filters has width {bank[0]}, wider than max_characters_per_token "
                     f"({self.max_characters_per_token})."
                 )
+        self._validate_dictionary_fields()
         for name in ("cell_clip", "projection_clip"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value}.")
         self._validate_task_fields()
+
+    def _validate_dictionary_fields(self):
+        """Checks the word embedding and the dictionary boundary rows (ELMoForManyLangs checkpoints)."""
+        if self.word_vocab_size < 0 or self.word_embedding_dim < 0:
+            raise ValueError(
+                f"ElmoConfig.word_vocab_size and word_embedding_dim must be >= 0, got {self.word_vocab_size} and "
+                f"{self.word_embedding_dim}."
+            )
+        if (self.word_vocab_size > 0) != (self.word_embedding_dim > 0):
+            raise ValueError(
+                f"ElmoConfig.word_vocab_size ({self.word_vocab_size}) and word_embedding_dim "
+                f"({self.word_embedding_dim}) must both be 0 (no word embedding) or both positive."
+            )
+        if self.boundary_input_ids is None:
+            if self.word_embedding_dim:
+                raise ValueError(
+                    "ElmoConfig.word_embedding_dim needs boundary_input_ids: word ids come from a dictionary, and the "
+                    "boundary rows must give the <S> and </S> word ids."
+                )
+            return
+        rows = self.boundary_input_ids
+        if len(rows) != 2 or any(len(row) != self.row_width for row in rows):
+            raise ValueError(
+                f"ElmoConfig.boundary_input_ids must be 2 rows (<S>, </S>) of row_width = {self.row_width} ids, got "
+                f"{[len(row) for row in rows]}."
+            )
+        for row in rows:
+            chars, words = row[: self.max_characters_per_token], row[self.max_characters_per_token :]
+            if not all(0 < char_id < self.char_vocab_size for char_id in chars) or not all(
+                0 < word_id < self.word_vocab_size for word_id in words
+            ):
+                raise ValueError(
+                    f"ElmoConfig.boundary_input_ids row {row} has ids outside 1..char_vocab_size - 1 "
+                    f"({self.char_vocab_size - 1}) or, for the word id, 1..word_vocab_size - 1."
+                )
 
     def _validate_task_fields(self):
         """Checks the fields the task heads read."""

@@ -103,6 +103,14 @@ def onednn_weight(weight: torch.Tensor) -> torch.Tensor:
     return cached[1]
 
 
+def sentence_boundary_ids(config: ElmoConfig) -> list[list[int]]:
+    """The `input_ids` rows of `<S>` and `</S>`: the config's for a character dictionary, else the UTF-8 byte rows."""
+    if config.boundary_input_ids is not None:
+        return config.boundary_input_ids
+    chars = config.max_characters_per_token
+    return [word_to_char_ids(BEGIN_SENTENCE_TOKEN, chars), word_to_char_ids(END_SENTENCE_TOKEN, chars)]
+
+
 def word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """`(batch_size, sequence_length)` bool: the given attention mask, or the rows with any non-zero character id."""
     return attention_mask.bool() if attention_mask is not None else (input_ids > 0).any(-1)
@@ -297,7 +305,11 @@ class ElmoHighway(nn.Module):
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """The context-independent token layer: character embeddings, CNN, highway, linear projection."""
+    """The context-independent token layer: character embeddings, CNN, highway, linear projection.
+
+    With `config.word_embedding_dim` (ELMoForManyLangs), a word embedding is concatenated before the highway output
+    and projected with it; its id is the last of each word's `row_width` ids.
+    """
 
     # Words encoded at once: bounds the CNN's intermediate memory ((chunk * max_characters_per_token, num_filters)
     # floats for the widest bank) whatever the number of words.
@@ -305,16 +317,24 @@ class ElmoCharacterEncoder(nn.Module):
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
+        self.max_characters_per_token = config.max_characters_per_token
         self.char_embeddings = nn.Embedding(config.char_vocab_size, config.char_embedding_dim, padding_idx=0)
+        self.word_embeddings = (
+            nn.Embedding(config.word_vocab_size, config.word_embedding_dim, padding_idx=0)
+            if config.word_embedding_dim
+            else None
+        )
         self.char_cnn = ElmoCharCnn(config)
         self.highway = ElmoHighway(config)
-        self.projection = nn.Linear(config.num_filters, config.projection_dim)
+        self.projection = nn.Linear(config.word_embedding_dim + config.num_filters, config.projection_dim)
 
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """`(num_words, max_characters_per_token)` character ids -> `(num_words, projection_dim)` token vectors."""
+    def forward(self, word_rows: torch.Tensor) -> torch.Tensor:
+        """`(num_words, row_width)` ids (characters, then the word id if any) -> `(num_words, projection_dim)`."""
         chunks = []
-        for chunk in char_ids.split(self.chunk_size):
-            features = self.highway(self.char_cnn(self.char_embeddings(chunk)))
+        for chunk in word_rows.split(self.chunk_size):
+            features = self.highway(self.char_cnn(self.char_embeddings(chunk[:, : self.max_characters_per_token])))
+            if self.word_embeddings is not None:
+                features = torch.cat([self.word_embeddings(chunk[:, self.max_characters_per_token]), features], -1)
             chunks.append(linear(features, self.projection.weight, self.projection.bias))
         return torch.cat(chunks)
 
@@ -507,24 +527,29 @@ class ElmoModel(ElmoPreTrainedModel):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
-        chars = self.config.max_characters_per_token
+        chars, width = self.config.max_characters_per_token, self.config.row_width
         if input_ids.dim() != 3:
             raise ValueError(
-                f"input_ids must have shape (batch_size, sequence_length, {chars}): one row of character ids per "
-                f"word, as ElmoTokenizer returns; got shape {tuple(input_ids.shape)}."
+                f"input_ids must have shape (batch_size, sequence_length, {width}): one row of ids per word, as "
+                f"ElmoTokenizer returns; got shape {tuple(input_ids.shape)}."
             )
         if input_ids.shape[0] == 0:
             raise ValueError("input_ids is an empty batch (batch_size 0); pass at least one sentence.")
-        if input_ids.shape[-1] != chars:
+        if input_ids.shape[-1] != width:
+            words = " and the word id" if self.config.word_embedding_dim else ""
             raise ValueError(
-                f"input_ids has {input_ids.shape[-1]} character ids per word, but this model reads "
-                f"max_characters_per_token={chars}; tokenize with ElmoTokenizer(max_characters_per_token={chars})."
+                f"input_ids has {input_ids.shape[-1]} ids per word, but this model reads {width} "
+                f"(max_characters_per_token={chars}{words}); tokenize with the tokenizer saved with the model."
             )
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.char_vocab_size):
-            raise ValueError(
-                f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
-                f"{int(input_ids.min())}..{int(input_ids.max())}); ELMo ids come from ElmoTokenizer."
-            )
+        for name, ids, size in (
+            ("character", input_ids[..., :chars], self.config.char_vocab_size),
+            ("word", input_ids[..., chars:], self.config.word_vocab_size),
+        ):
+            if ids.numel() and (ids.min() < 0 or ids.max() >= size):
+                raise ValueError(
+                    f"input_ids holds {name} ids outside 0..{size - 1} (found {int(ids.min())}..{int(ids.max())}); "
+                    "ELMo ids come from the tokenizer saved with the model."
+                )
         if attention_mask is not None:
             if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
                 raise ValueError(
@@ -603,12 +628,9 @@ class ElmoModel(ElmoPreTrainedModel):
             input_ids = input_ids.gather(1, gather_order.unsqueeze(-1).expand_as(input_ids))
             mask = mask.gather(1, gather_order)
 
-        # The char CNN runs once per distinct word of the batch (and the two boundary tokens), never on padding.
-        chars = self.config.max_characters_per_token
-        boundary_ids = torch.tensor(
-            [word_to_char_ids(BEGIN_SENTENCE_TOKEN, chars), word_to_char_ids(END_SENTENCE_TOKEN, chars)],
-            device=input_ids.device,
-        )
+        # The char CNN runs once per distinct row of ids (characters and word id) of the batch and the two boundary
+        # tokens, never on padding.
+        boundary_ids = torch.tensor(sentence_boundary_ids(self.config), device=input_ids.device)
         words = torch.cat([boundary_ids, input_ids[mask]])
         distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
         embeddings = self.token_encoder(distinct_ids)[occurrences]
