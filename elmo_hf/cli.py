@@ -24,7 +24,7 @@ import sys
 # subcommand -> (module implementing it, one-line summary for `elmo-hf --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("elmo_hf.conversion.convert", "convert an original options.json + weights .hdf5 to a Hugging Face folder"),
-    "convert-manylangs": ("elmo_hf.conversion.manylangs", "convert an ELMoForManyLangs model folder to a Hugging Face folder"),
+    "convert-manylangs": ("elmo_hf.conversion.manylangs", "convert an ELMoForManyLangs model folder (44 languages)"),
 }
 
 

@@ -63,7 +63,8 @@ def test_tokenizer_rows_equal_theirs(tokenizer):
     """Their create_one_batch rows (boundaries included), ids + 1, with the word id as the last column."""
     assert tokenizer.row_width == IDS["max_characters_per_token"] + 1
     for example in IDS["id_rows"]:
-        expected = [[index + 1 for index in [*row, word]] for row, word in zip(example["char_ids"], example["word_ids"])]
+        their_rows = zip(example["char_ids"], example["word_ids"])
+        expected = [[index + 1 for index in [*row, word]] for row, word in their_rows]
         begin, end = (tokenizer.word_to_ids(word) for word in tokenizer.boundary_words)
         words = tokenizer([example["words"]], is_split_into_words=True)["input_ids"][0]
         assert [begin, *words, end] == expected, example["words"]
@@ -112,7 +113,8 @@ def test_distinct_words_are_keyed_on_the_word_id(model, tokenizer):
     other = [*row[:-1], tokenizer.word_vocab["cat"]]
     with torch.no_grad():
         both = model(torch.tensor([[row, other]]), output_hidden_states=True).hidden_states[0][0]
-        alone = [model(torch.tensor([[ids]]), output_hidden_states=True).hidden_states[0][0, 0] for ids in (row, other)]
+        alone = [model(torch.tensor([[ids]]), output_hidden_states=True).hidden_states[0][0, 0]
+                 for ids in (row, other)]
     assert not torch.allclose(both[0], both[1])
     torch.testing.assert_close(both, torch.stack(alone), rtol=0, atol=1e-6)
 
@@ -170,7 +172,9 @@ def test_tagging_chinese_with_a_pipeline(converted, tmp_path):
     raw text is split at whitespace and punctuation only."""
     labels = {0: "O", 1: "B-LOC"}
     torch.manual_seed(0)
-    tagger_model = ElmoForTokenClassification.from_pretrained(converted, id2label=labels, label2id={"O": 0, "B-LOC": 1})
+    tagger_model = ElmoForTokenClassification.from_pretrained(
+        converted, id2label=labels, label2id={"O": 0, "B-LOC": 1}
+    )
     tagger_model.save_pretrained(tmp_path)
     ElmoTokenizer.from_pretrained(converted).save_pretrained(tmp_path)
     tagger = pipeline("token-classification", model=str(tmp_path), pipeline_class=ElmoTokenClassificationPipeline)

@@ -237,11 +237,13 @@ def read_weights(path: str | os.PathLike, config: ElmoConfig) -> dict[str, np.nd
     return arrays
 
 
-def convert_state_dict(arrays: dict[str, np.ndarray], config: ElmoConfig) -> dict[str, torch.Tensor]:
-    """Original datasets -> our float32 state dict."""
+def convert_state_dict(
+    arrays: dict[str, np.ndarray], table: list[tuple[str, str, Callable[[np.ndarray], np.ndarray]]]
+) -> dict[str, torch.Tensor]:
+    """Original tensors -> our float32 state dict, following a `weight_table`."""
     return {
         ours: torch.from_numpy(np.ascontiguousarray(transform(arrays[original]), dtype=np.float32))
-        for ours, original, transform in weight_table(config)
+        for ours, original, transform in table
     }
 
 
@@ -385,6 +387,18 @@ def save_folder(write: Callable[[Path], None], output: Path, overwrite: bool):
         raise
 
 
+def save_converted(model: ElmoModel, tokenizer: ElmoTokenizer, readme: str, output: Path, overwrite: bool) -> Path:
+    """Writes the model, its tokenizer and the model card `readme` into `output` atomically (`save_folder`)."""
+
+    def write(folder: Path):
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        (folder / "README.md").write_text(readme, encoding="utf-8")
+
+    save_folder(write, output, overwrite)
+    return output
+
+
 def convert(options_path: str | os.PathLike, weights_path: str | os.PathLike, output: str | os.PathLike,
             overwrite: bool = False, model_card_name: str | None = None, repo_id: str | None = None) -> Path:
     """Converts, validates and saves; returns the output folder.
@@ -396,18 +410,11 @@ def convert(options_path: str | os.PathLike, weights_path: str | os.PathLike, ou
     readme = model_card(config, model_card_name, repo_id or str(output), Path(weights_path).name)
     arrays = read_weights(weights_path, config)
     model = ElmoModel(config)
-    model.load_state_dict(convert_state_dict(arrays, config), strict=True)
+    model.load_state_dict(convert_state_dict(arrays, weight_table(config)), strict=True)
     model.eval()
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     validate(model, arrays, tokenizer)
-
-    def write(folder: Path):
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        (folder / "README.md").write_text(readme, encoding="utf-8")
-
-    save_folder(write, Path(output), overwrite)
-    return Path(output)
+    return save_converted(model, tokenizer, readme, Path(output), overwrite)
 
 
 def push_to_hub(folder: str | os.PathLike, repo_id: str, token: str | None = None, private: bool | None = None,

@@ -14,6 +14,7 @@
 """Convert an ELMoForManyLangs model folder (HIT-SCIR, 44 languages) to a Hugging Face folder.
 
     elmo-hf convert-manylangs --model zhs.model --language zh --output elmo-zhs
+    python -m elmo_hf.cli convert-manylangs ...   (the same, from a checkout)
 
 Their folder holds `config.json` (the training options, whose `config_path` names the architecture file),
 `char.dic` and `word.dic` (`entry\\tid` lines), and `token_embedder.pkl` / `encoder.pkl` (`torch.save(state_dict)`).
@@ -39,8 +40,13 @@ import torch
 from transformers.utils.logging import disable_progress_bar
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
-from elmo_hf.cli import run_subcommand
-from elmo_hf.conversion.convert import ConversionError, architecture_name, save_folder
+from elmo_hf.conversion.convert import (
+    ConversionError,
+    _sigmoid,
+    architecture_name,
+    convert_state_dict,
+    save_converted,
+)
 from elmo_hf.tokenization_elmo import UNKNOWN_ENTRY
 
 # The architecture of every released model: their package's configs/cnn_50_100_512_4096_sample.json (identical to
@@ -142,7 +148,7 @@ def convert_config(architecture: dict, num_chars: int, num_words: int) -> dict:
     except (KeyError, TypeError) as error:
         raise ConversionError(f"the architecture JSON lacks the field {error} that the model needs.")
     if fields["activation"] not in ("relu", "tanh"):
-        raise ConversionError(f"unknown activation {fields['activation']!r}; their token embedder knows relu and tanh.")
+        raise ConversionError(f"unknown activation {fields['activation']!r}; their token embedder knows relu, tanh.")
     return fields
 
 
@@ -256,8 +262,8 @@ def weight_table(config: ElmoConfig) -> list[tuple[str, str, Callable[[np.ndarra
         table.append((f"{ours}.word_embeddings.weight", "token_embedder.word_emb_layer.embedding.weight", _shift))
     for index in range(len(config.filters)):
         for kind in ("weight", "bias"):
-            table.append((f"{ours}.char_cnn.convolutions.{index}.{kind}", f"token_embedder.convolutions.{index}.{kind}",
-                          _identity))
+            theirs = f"token_embedder.convolutions.{index}.{kind}"
+            table.append((f"{ours}.char_cnn.convolutions.{index}.{kind}", theirs, _identity))
     for index in range(config.num_highway_layers):
         for kind in ("weight", "bias"):
             theirs = f"token_embedder.highways._layers.{index}.{kind}"
@@ -275,18 +281,6 @@ def weight_table(config: ElmoConfig) -> list[tuple[str, str, Callable[[np.ndarra
     return table
 
 
-def convert_state_dict(arrays: dict[str, np.ndarray], config: ElmoConfig) -> dict[str, torch.Tensor]:
-    """Their tensors -> our float32 state dict."""
-    return {
-        ours: torch.from_numpy(np.ascontiguousarray(transform(arrays[theirs]), dtype=np.float32))
-        for ours, theirs, transform in weight_table(config)
-    }
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 def reference_layers(
     arrays: dict[str, np.ndarray], config: ElmoConfig, chars: dict[str, int], words: dict[str, int] | None,
     sentence: list[str],
@@ -297,7 +291,8 @@ def reference_layers(
     tokens = [BEGIN_SENTENCE, *(word[: width - 2] for word in sentence), END_SENTENCE]
     char_ids = np.full((len(tokens), width), chars["<pad>"])
     for row, token in enumerate(tokens):
-        ids = [chars[token]] if token in (BEGIN_SENTENCE, END_SENTENCE) else [chars.get(c, chars["<oov>"]) for c in token]
+        boundary = token in (BEGIN_SENTENCE, END_SENTENCE)
+        ids = [chars[token]] if boundary else [chars.get(char, chars["<oov>"]) for char in token]
         char_ids[row, : len(ids) + 2] = [chars["<eow>"], *ids, chars["<bow>"]]
     embedded = arrays["token_embedder.char_emb_layer.embedding.weight"][char_ids]  # (tokens, width, E)
     pooled = []
@@ -327,8 +322,8 @@ def reference_layers(
             hidden, cell = np.zeros(config.projection_dim), np.zeros(config.lstm_dim)
             steps = []
             for x_t in inputs[direction]:
-                gates = x_t @ arrays[f"{theirs}.input_linearity.weight"].T
-                gates += hidden @ arrays[f"{theirs}.state_linearity.weight"].T + arrays[f"{theirs}.state_linearity.bias"]
+                gates = x_t @ arrays[f"{theirs}.input_linearity.weight"].T + arrays[f"{theirs}.state_linearity.bias"]
+                gates += hidden @ arrays[f"{theirs}.state_linearity.weight"].T
                 i, f, g, o = np.split(gates, 4)
                 cell = _sigmoid(i) * np.tanh(g) + _sigmoid(f) * cell
                 if config.cell_clip:
@@ -349,7 +344,8 @@ def validation_sentence(chars: dict[str, int], words: dict[str, int] | None, max
     known_chars = [entry for entry in chars if len(entry) == 1 and not entry.isspace()]
     known_words = [entry for entry in words or {} if entry not in (*CHARACTER_ENTRIES, *WORD_ENTRIES)][:5]
     unknown_char = next(chr(code) for code in range(0xE000, 0xF900) if chr(code) not in chars)
-    return [*(known_words or known_chars[:5]), "".join(known_chars[:3]) + unknown_char, known_chars[0] * max_characters]
+    cut_word = known_chars[0] * max_characters
+    return [*(known_words or known_chars[:5]), "".join(known_chars[:3]) + unknown_char, cut_word]
 
 
 def validate(
@@ -453,18 +449,11 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, language: s
     except Exception as error:  # the strict config names the bad field
         raise ConversionError(f"the architecture is invalid: {error}")
     model = ElmoModel(config)
-    model.load_state_dict(convert_state_dict(arrays, config), strict=True)
+    model.load_state_dict(convert_state_dict(arrays, weight_table(config)), strict=True)
     model.eval()
     validate(model, tokenizer, arrays, chars, words)
     readme = model_card(config, language, model_dir.name, repo_id or str(output))
-
-    def write(folder: Path):
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        (folder / "README.md").write_text(readme, encoding="utf-8")
-
-    save_folder(write, Path(output), overwrite)
-    return Path(output)
+    return save_converted(model, tokenizer, readme, Path(output), overwrite)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -486,11 +475,3 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 2
     print(f"converted {args.model} -> {folder}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_subcommand("convert-manylangs", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
