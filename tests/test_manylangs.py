@@ -274,3 +274,29 @@ def test_command_line(tmp_path, capsys):
     assert "not empty; pass --overwrite" in capsys.readouterr().err
     assert cli_main([*arguments, "--overwrite"]) == 0
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+
+
+def test_dictionary_vocabulary_is_checked(tmp_path, tokenizer):
+    vocab = {"characters": dict(tokenizer.char_vocab), "words": dict(tokenizer.word_vocab)}
+    del vocab["characters"]["<char_pad>"]
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"lack the entries \['<char_pad>'\]"):
+        ElmoTokenizer(str(tmp_path / "vocab.json"), bos_token="<bos>", eos_token="<eos>")
+    vocab["characters"] = dict(tokenizer.char_vocab, x=0)
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    with pytest.raises(ValueError, match="ids >= 1"):
+        ElmoTokenizer(str(tmp_path / "vocab.json"), bos_token="<bos>", eos_token="<eos>")
+    with pytest.raises(ValueError, match="lack the entries"):  # the byte mode's <S> is no entry of theirs
+        ElmoTokenizer(str(tmp_path / "vocab.json"))
+
+
+def test_dictionary_ids_and_entries(tokenizer):
+    assert tokenizer.vocab_size == max(tokenizer.char_vocab.values()) + 1 == 413
+    assert tokenizer.convert_tokens_to_ids("好") == tokenizer.char_vocab["好"]
+    assert tokenizer.convert_ids_to_tokens(tokenizer.char_vocab["好"]) == "好"
+    assert tokenizer.bos_token_id == tokenizer.char_vocab["<bos>"] and tokenizer.pad_token_id == 0
+    with pytest.raises(ValueError, match="not in the character vocabulary"):
+        tokenizer.convert_tokens_to_ids("龘")
+    ids = tokenizer(["好", "<bos>"], is_split_into_words=True, add_special_tokens=True)["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(ids) == ["好", "<bos>"]
+    assert tokenizer.convert_ids_to_tokens(ids, skip_special_tokens=True) == ["好"]
