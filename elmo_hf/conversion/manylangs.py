@@ -30,24 +30,22 @@ import argparse
 import json
 import os
 import pickle
-import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
-from transformers.utils.logging import disable_progress_bar
+from transformers.utils import logging
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
-from elmo_hf.conversion.convert import (
-    ConversionError,
-    _sigmoid,
-    architecture_name,
-    convert_state_dict,
-    save_converted,
-)
-from elmo_hf.tokenization_elmo import UNKNOWN_ENTRY
+from elmo_hf.tokenization_elmo import UNKNOWN_ENTRY, VOCAB_FILES_NAMES
+
+from .checkpoint import ConversionError
+from .convert import add_output_arguments, check_output, run_conversion, staged_folder
+from .hub import PLACEHOLDER_REPO_ID, architecture_name
+from .reference import _sigmoid
+
+logger = logging.get_logger(__name__)
 
 # The architecture of every released model: their package's configs/cnn_50_100_512_4096_sample.json (identical to
 # cnn_0_100_512_4096_sample.json), used as their Embedder does when the folder lacks the file `config_path` names.
@@ -415,11 +413,16 @@ outputs = model(**inputs, output_hidden_states=True)
 
 
 def convert(model_dir: str | os.PathLike, output: str | os.PathLike, language: str, overwrite: bool = False,
-            repo_id: str | None = None) -> Path:
-    """Converts, validates and saves an ELMoForManyLangs folder; returns the output folder."""
+            repo_id: str | None = None, report: Callable[[str], None] = logger.info) -> Path:
+    """Converts, checks and saves an ELMoForManyLangs folder; returns the output folder (absolute).
+
+    The model card shows how to load `repo_id` (default: a placeholder); `report` receives what a user should read
+    (leftovers of interrupted conversions that were cleaned).
+    """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ConversionError(f"{model_dir} is not a folder; pass the unpacked ELMoForManyLangs model folder.")
+    output = check_output(output, [model_dir])
     architecture = read_architecture(model_dir)
     chars = read_lexicon(model_dir / "char.dic")
     has_words = isinstance(architecture.get("token_embedder"), dict) and architecture["token_embedder"].get(
@@ -432,46 +435,46 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, language: s
                                 ("word.dic", words or {}, fields["word_vocab_size"] - 1)):
         if lexicon and max(lexicon.values()) >= rows:
             raise ConversionError(f"{name} has ids up to {max(lexicon.values())}, beyond the {rows} embedding rows.")
-
-    with tempfile.TemporaryDirectory() as scratch:
-        vocab_file = Path(scratch) / "vocab.json"
+    with staged_folder(output, overwrite, report) as staging:
+        vocab_file = staging / VOCAB_FILES_NAMES["vocab_file"]
         vocab_file.write_text(json.dumps(dictionary_vocab(chars, words), ensure_ascii=False), encoding="utf-8")
         tokenizer = ElmoTokenizer(
             str(vocab_file), bos_token=BEGIN_SENTENCE, eos_token=END_SENTENCE,
             max_characters_per_token=fields["max_characters_per_token"],
         )
-    boundaries = [tokenizer.word_to_ids(word) for word in tokenizer.boundary_words]
-    try:
-        config = ElmoConfig(
-            **fields, boundary_input_ids=boundaries, bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-    except Exception as error:  # the strict config names the bad field
-        raise ConversionError(f"the architecture is invalid: {error}")
-    model = ElmoModel(config)
-    model.load_state_dict(convert_state_dict(arrays, weight_table(config)), strict=True)
-    model.eval()
-    validate(model, tokenizer, arrays, chars, words)
-    readme = model_card(config, language, model_dir.name, repo_id or str(output))
-    return save_converted(model, tokenizer, readme, Path(output), overwrite)
+        boundaries = [tokenizer.word_to_ids(word) for word in tokenizer.boundary_words]
+        try:
+            config = ElmoConfig(
+                **fields, boundary_input_ids=boundaries, bos_token_id=tokenizer.bos_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+        except Exception as error:  # the strict config names the bad field
+            raise ConversionError(f"the architecture is invalid: {error}")
+        model = ElmoModel(config)
+        state = {ours: torch.from_numpy(np.ascontiguousarray(transform(arrays[theirs]), dtype=np.float32))
+                 for ours, theirs, transform in weight_table(config)}
+        model.load_state_dict(state, strict=True)
+        validate(model.eval(), tokenizer, arrays, chars, words)
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        readme = model_card(config, language, model_dir.name, repo_id or PLACEHOLDER_REPO_ID)
+        (staging / "README.md").write_text(readme, encoding="utf-8")
+    return output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `elmo-hf convert-manylangs` options."""
     parser.add_argument("--model", required=True, help="the unpacked ELMoForManyLangs model folder")
     parser.add_argument("--language", required=True, help="the model's language code for the model card, e.g. zh")
-    parser.add_argument("--output", required=True, help="folder to write (must be empty or absent)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
-    parser.add_argument("--repo-id", help="the Hub name the model card's example loads (default: the output folder)")
+    add_output_arguments(parser)
+    parser.add_argument("--repo-id", help="the Hub name the model card's example loads (default: a placeholder)")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf convert-manylangs`: 0 on success, 2 for a folder that cannot be converted."""
-    disable_progress_bar()
-    try:
-        folder = convert(args.model, args.output, args.language, overwrite=args.overwrite, repo_id=args.repo_id)
-    except ConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    """`elmo-hf convert-manylangs`: 0 on success, 2 for a folder or --output that cannot be used, 1 if writing failed."""
+    folder = run_conversion(lambda: convert(args.model, args.output, args.language, overwrite=args.overwrite,
+                                            repo_id=args.repo_id, report=print), args.output)
+    if isinstance(folder, int):
+        return folder
     print(f"converted {args.model} -> {folder}")
     return 0
