@@ -68,6 +68,8 @@ BEGIN_SENTENCE, END_SENTENCE = "<bos>", "<eos>"
 CHARACTER_ENTRIES = (BEGIN_SENTENCE, END_SENTENCE, "<oov>", "<pad>", "<bow>", "<eow>")
 WORD_ENTRIES = ("<oov>", "<pad>")
 REPOSITORY = "https://github.com/HIT-SCIR/ELMoForManyLangs"
+# The self-check runs the converted model in float64: it must agree with the reference to round-off.
+CHECK_TOLERANCE = 1e-9
 
 
 def read_lexicon(path: Path) -> dict[str, int]:
@@ -349,8 +351,9 @@ def validation_sentence(chars: dict[str, int], words: dict[str, int] | None, max
 def validate(
     model: ElmoModel, tokenizer: ElmoTokenizer, arrays: dict[str, np.ndarray], chars: dict[str, int],
     words: dict[str, int] | None,
-):
-    """Checks the converted model in float64 against `reference_layers`; raises if any layer differs."""
+) -> list[float]:
+    """Max abs difference per layer between the converted model, run in float64, and `reference_layers`; raises if a
+    layer differs by more than `CHECK_TOLERANCE` times the layer's largest value (or is not finite)."""
     sentence = validation_sentence(chars, words, model.config.max_characters_per_token)
     expected = reference_layers(arrays, model.config, chars, words, sentence)
     inputs = tokenizer([sentence], is_split_into_words=True, return_tensors="pt")
@@ -360,17 +363,24 @@ def validate(
             actual = model(**inputs, output_hidden_states=True).hidden_states
     finally:
         model.float()
+    differences = []
     for index, (ours, reference) in enumerate(zip(actual, expected)):
-        difference = float(np.abs(ours[0].numpy() - reference).max())
-        if not difference <= 1e-9 * max(1.0, float(np.abs(reference).max())):
+        differences.append(float(np.abs(ours[0].numpy() - reference).max()))
+        if not differences[-1] <= CHECK_TOLERANCE * max(1.0, float(np.abs(reference).max())):
             raise ConversionError(
                 f"converted model differs from the float64 reference of their computation in layer {index} (max abs "
-                f"diff {difference:.3g}); the checkpoint layout is not the one this converter knows."
+                f"diff {differences[-1]:.3g}); the checkpoint layout is not the one this converter knows."
             )
+    return differences
 
 
 def model_card(config: ElmoConfig, language: str, source: str, repo_id: str) -> str:
     """README.md of a converted folder: language, source, and that the models' licence is not stated."""
+    words = (
+        f"a {config.word_embedding_dim}-wide word embedding ({config.word_vocab_size - 1} words) and "
+        if config.word_embedding_dim
+        else ""
+    )
     return f"""---
 library_name: transformers
 pipeline_tag: feature-extraction
@@ -386,20 +396,19 @@ tags:
 
 # ELMoForManyLangs biLM, language `{language}` ({architecture_name(config)})
 
-An ELMo bidirectional language model (Peters et al., 2018) trained by HIT-SCIR for the CoNLL 2018 shared task
-([ELMoForManyLangs]({REPOSITORY})), converted with elmo-hf from the model folder `{source}`. Per-word outputs are
+An ELMo bidirectional language model (Peters et al., 2018) released by HIT-SCIR as part of
+[ELMoForManyLangs]({REPOSITORY}), converted with elmo-hf from their model folder `{source}`. Its token layer
+combines {words}a character CNN over {config.char_vocab_size - 1} dictionary characters. Per-word outputs are
 {config.hidden_size} wide (`[forward; backward]`), with {config.num_layers + 1} layers in `hidden_states`; their
-`sents2elmo(output_layer=-1)` is the plain mean of the three. The token layer concatenates a
-{config.word_embedding_dim}-wide word embedding ({config.word_vocab_size - 1 if config.word_vocab_size else 0} words)
-with a character CNN over {config.char_vocab_size - 1} dictionary characters.
+`sents2elmo(output_layer=-1)` is the plain mean of the three.
 
 **Licence**: the authors state no licence for their models (their code is MIT-licensed). Check the terms of the
-source you downloaded the model from before redistributing it or this conversion.
+source you downloaded the model from before you redistribute it or this conversion.
 
-Input words must be segmented as in the model's training data (Universal Dependencies tokenization, as in the
-CoNLL 2018 shared task): raw text is split at whitespace and punctuation only, so pass segmented words for Chinese,
-Japanese and Vietnamese. Outputs are stateless and deterministic; their `Embedder` carries LSTM states between batches,
-which elmo-hf reproduces when asked (`lstm_state`).
+Words must be segmented as in the model's training data (for the CoNLL 2018 shared task models, the Universal
+Dependencies tokenization): raw text is split at whitespace and punctuation only, so pass segmented words
+(`is_split_into_words=True`) for Chinese, Japanese and Vietnamese. Outputs are stateless and deterministic; their
+`Embedder` carries LSTM states from one batch to the next, which elmo-hf reproduces when asked (`lstm_state`).
 
 ```python
 from transformers import AutoModel, AutoTokenizer
@@ -416,8 +425,8 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, language: s
             repo_id: str | None = None, report: Callable[[str], None] = logger.info) -> Path:
     """Converts, checks and saves an ELMoForManyLangs folder; returns the output folder (absolute).
 
-    The model card shows how to load `repo_id` (default: a placeholder); `report` receives what a user should read
-    (leftovers of interrupted conversions that were cleaned).
+    The model card shows how to load `repo_id` (default: a placeholder); `report` receives what a user should read:
+    the self-check's result per layer and any leftovers of interrupted conversions that were cleaned.
     """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
@@ -454,7 +463,10 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, language: s
         state = {ours: torch.from_numpy(np.ascontiguousarray(transform(arrays[theirs]), dtype=np.float32))
                  for ours, theirs, transform in weight_table(config)}
         model.load_state_dict(state, strict=True)
-        validate(model.eval(), tokenizer, arrays, chars, words)
+        differences = validate(model.eval(), tokenizer, arrays, chars, words)
+        layers = ", ".join(f"{index}: {difference:.2e}" for index, difference in enumerate(differences))
+        report(f"checked in float64 against the float64 reference of their computation: max abs difference per "
+               f"layer {layers}")
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         readme = model_card(config, language, model_dir.name, repo_id or PLACEHOLDER_REPO_ID)
