@@ -202,7 +202,7 @@ def test_zip_format_weights_convert_the_same(converted, tmp_path):
 def test_model_card_states_language_source_and_licence(converted):
     card = (converted / "README.md").read_text(encoding="utf-8")
     assert "language: zh" in card and "`model`" in card and "HIT-SCIR/ELMoForManyLangs" in card
-    assert "state no licence for their models" in card and "before redistributing" in card
+    assert "state no licence for their models" in card and "before you redistribute" in card
 
 
 def test_architecture_found_as_their_embedder_finds_it(tmp_path):
