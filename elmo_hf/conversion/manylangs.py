@@ -340,12 +340,14 @@ def reference_layers(
 
 
 def validation_sentence(chars: dict[str, int], words: dict[str, int] | None, max_characters: int) -> list[str]:
-    """Words that exercise every path: known words (or characters), an unknown character, a cut word."""
-    known_chars = [entry for entry in chars if len(entry) == 1 and not entry.isspace()]
+    """Words that exercise every path: every character of the dictionary (in words of `max_characters - 2`), known
+    words, an unknown character, a cut word."""
+    known_chars = [entry for entry in chars if len(entry) == 1]
     known_words = [entry for entry in words or {} if entry not in (*CHARACTER_ENTRIES, *WORD_ENTRIES)][:5]
     unknown_char = next(chr(code) for code in range(0xE000, 0xF900) if chr(code) not in chars)
-    cut_word = known_chars[0] * max_characters
-    return [*(known_words or known_chars[:5]), "".join(known_chars[:3]) + unknown_char, cut_word]
+    step = max_characters - 2
+    every_char = ["".join(known_chars[start : start + step]) for start in range(0, len(known_chars), step)]
+    return [*known_words, *every_char, known_chars[0] + unknown_char, known_chars[0] * max_characters]
 
 
 def validate(
