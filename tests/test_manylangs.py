@@ -300,3 +300,27 @@ def test_dictionary_ids_and_entries(tokenizer):
     ids = tokenizer(["好", "<bos>"], is_split_into_words=True, add_special_tokens=True)["input_ids"]
     assert tokenizer.convert_ids_to_tokens(ids) == ["好", "<bos>"]
     assert tokenizer.convert_ids_to_tokens(ids, skip_special_tokens=True) == ["好"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"char_vocab_size": 100}, "at least 262"),  # byte ids need the full byte range
+        ({"word_vocab_size": 10}, "both be 0"),
+        ({"word_vocab_size": 10, "word_embedding_dim": 4}, "needs boundary_input_ids"),
+        ({"char_vocab_size": 20, "boundary_input_ids": [[1] * 50]}, "2 rows"),
+        ({"char_vocab_size": 20, "boundary_input_ids": [[1] * 50, [20] * 50]}, "outside"),
+        (
+            {"char_vocab_size": 20, "word_vocab_size": 5, "word_embedding_dim": 4,
+             "boundary_input_ids": [[1] * 50 + [1], [2] * 50 + [5]]},
+            "outside",
+        ),
+    ],
+)
+def test_config_checks_the_dictionary_fields(fields, message):
+    from elmo_hf import ElmoConfig
+
+    with pytest.raises(Exception, match=message):
+        ElmoConfig(**fields)
+    dictionary = ElmoConfig(char_vocab_size=20, boundary_input_ids=[[1] * 50, [2] * 50])
+    assert dictionary.row_width == 50 and ElmoConfig().row_width == 50
