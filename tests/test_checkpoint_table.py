@@ -34,7 +34,8 @@ def test_every_parameter_comes_from_exactly_one_dataset(name):
     config, arrays = fixture(name)
     parameters = [key for dataset in original_datasets(config) for key in dataset.parameters]
     assert sorted(parameters) == sorted(ElmoModel(config).state_dict())
-    assert set(arrays) == set(original_shapes(config)) and len(original_shapes(config)) == len(original_datasets(config))
+    assert set(arrays) == set(original_shapes(config))
+    assert len(original_shapes(config)) == len(original_datasets(config))
     state = to_state_dict(arrays, config)
     for key, tensor in ElmoModel(config).state_dict().items():
         assert state[key].shape == tuple(tensor.shape), key

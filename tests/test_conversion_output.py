@@ -1,6 +1,7 @@
 """Where elmo-hf convert writes: never over its inputs, staging folders a later run cleans, the umask respected."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -167,3 +168,19 @@ def test_a_failed_conversion_leaves_no_parent_folders(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
     assert convert_into(OPTIONS, WEIGHTS, tmp_path / "new" / "deep" / "out") == 0
     assert (tmp_path / "new" / "deep" / "out" / "config.json").is_file()
+
+
+def test_a_leftover_that_cannot_be_removed_is_reported_not_fatal(tmp_path, capsys, monkeypatch):
+    leftover = tmp_path / f".out.elmo-hf-partial-{dead_pid()}-0a1b2c3d"
+    leftover.mkdir()
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):
+        if Path(path) == leftover:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    assert convert_into(OPTIONS, WEIGHTS, tmp_path / "out") == 0
+    assert f"warning: could not clean up {leftover}, left by an interrupted conversion" in capsys.readouterr().out
+    assert (tmp_path / "out" / "model.safetensors").is_file()

@@ -221,8 +221,8 @@ def test_failed_push_keeps_the_folder(tmp_path, capsys, monkeypatch):
     output = tmp_path / "out"
     assert main([*FIXTURE_ARGS, "--output", str(output), "--push-to-hub", "me/elmo", "--token", "hf_x"]) == 1
     assert capsys.readouterr().err.startswith(
-        f"error: pushing to me/elmo failed (403 Forbidden: no write access to me). The converted folder is complete at "
-        f"{output}; push it later with: hf upload me/elmo {output}\n"
+        f"error: pushing to me/elmo failed (403 Forbidden: no write access to me). The converted folder is complete "
+        f"at {output}; push it later with: hf upload me/elmo {output}\n"
     )
     assert (output / "model.safetensors").is_file()
 

@@ -164,8 +164,8 @@ def original_datasets(config: ElmoConfig) -> list[OriginalDataset]:
     embed, filters, projection = config.char_embedding_dim, config.num_filters, config.projection_dim
     gates = 4 * config.lstm_dim
     table = [
-        OriginalDataset(CHAR_EMBEDDINGS, (config.char_vocab_size - 1, embed), ("token_encoder.char_embeddings.weight",),
-                        _add_padding_row, _drop_padding_row)
+        OriginalDataset(CHAR_EMBEDDINGS, (config.char_vocab_size - 1, embed),
+                        ("token_encoder.char_embeddings.weight",), _add_padding_row, _drop_padding_row)
     ]
     for index, (width, num) in enumerate(config.filters):
         ours = f"token_encoder.char_cnn.convolutions.{index}"
@@ -182,7 +182,8 @@ def original_datasets(config: ElmoConfig) -> list[OriginalDataset]:
                                          np.asarray))
     table.append(OriginalDataset(PROJECTION_WEIGHT, (filters, projection), ("token_encoder.projection.weight",),
                                  _transposed, np.transpose))
-    table.append(OriginalDataset(PROJECTION_BIAS, (projection,), ("token_encoder.projection.bias",), _same, np.asarray))
+    table.append(OriginalDataset(PROJECTION_BIAS, (projection,), ("token_encoder.projection.bias",), _same,
+                                 np.asarray))
     for layer in range(config.num_layers):
         for direction, name in enumerate(("forward", "backward")):
             ours = f"bilm.layers.{layer}.{name}_cell"
@@ -233,7 +234,9 @@ def read_options(path: str | os.PathLike) -> dict:
     if not isinstance(options, dict) or not isinstance(options.get("lstm"), dict) or not isinstance(
         options.get("char_cnn"), dict
     ):
-        raise ConversionError(f"options file {path} has no 'lstm' and 'char_cnn' sections; is it an ELMo options.json?")
+        raise ConversionError(
+            f"options file {path} has no 'lstm' and 'char_cnn' sections; is it an ELMo options.json?"
+        )
     return options
 
 
@@ -262,7 +265,9 @@ def convert_config(options: dict) -> ElmoConfig:
             f"options.json char_cnn.n_characters is {char_cnn['n_characters']}; ELMo checkpoints use 261 or 262."
         )
     if fields["activation"] not in ("relu", "tanh"):
-        raise ConversionError(f"unknown activation {fields['activation']!r} in options.json; expected 'relu' or 'tanh'.")
+        raise ConversionError(
+            f"unknown activation {fields['activation']!r} in options.json; expected 'relu' or 'tanh'."
+        )
     try:
         return ElmoConfig(**fields)
     except Exception as error:  # the strict config names the bad field
@@ -325,7 +330,7 @@ def read_weights(path: str | os.PathLike, config: ElmoConfig) -> dict[str, np.nd
     if problems:
         raise ConversionError(
             f"weights file {path} cannot be converted:\n  - " + "\n  - ".join(problems)
-            + "\nCheck that --options and --weights belong to the same checkpoint, and that the weights file is the one "
-            "released, complete and unmodified."
+            + "\nCheck that --options and --weights belong to the same checkpoint, and that the weights file is the "
+            "one released, complete and unmodified."
         )
     return arrays

@@ -159,14 +159,18 @@ def clean_leftovers(parent: Path, report: Callable[[str], None]) -> None:
         if match is None or not path.is_dir() or path.is_symlink() or _running(int(match["pid"])):
             continue
         output = parent / match["output"]
-        if match["kind"] == "old" and not (output.exists() or output.is_symlink()):
-            os.replace(path, output)
-            report(f"restored {output} from {path}, where an interrupted --overwrite (process {match['pid']}) had "
-                   "moved it")
-        else:
-            shutil.rmtree(path)
-            what = "unfinished folder" if match["kind"] == "partial" else "replaced previous output"
-            report(f"removed {path}, the {what} of an interrupted conversion (process {match['pid']})")
+        try:
+            if match["kind"] == "old" and not (output.exists() or output.is_symlink()):
+                os.replace(path, output)
+                report(f"restored {output} from {path}, where an interrupted --overwrite (process {match['pid']}) "
+                       "had moved it")
+            else:
+                shutil.rmtree(path)
+                what = "unfinished folder" if match["kind"] == "partial" else "replaced previous output"
+                report(f"removed {path}, the {what} of an interrupted conversion (process {match['pid']})")
+        except OSError as error:
+            report(f"warning: could not clean up {path}, left by an interrupted conversion ({error}); remove it by "
+                   "hand.")
 
 
 def _umask() -> int:

@@ -135,6 +135,8 @@ def push_to_hub(folder: str | Path, repo_id: str, token: str | None = None, priv
 
     Each Hub call waits at most `timeout` seconds to connect and for each part of the answer, and is retried
     `retries` times on timeouts, network errors and 408/429/5xx answers. Raises one of `PUSH_ERRORS` on failure.
+    A commit retried after the Hub received it uploads nothing new (unchanged files are skipped), but with
+    `create_pr` it can open a second pull request.
     """
     api = HfApi(token=token)
     session = get_session()  # huggingface_hub's shared client: its calls take no timeout of their own

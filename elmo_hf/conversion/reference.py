@@ -63,9 +63,12 @@ def _token_layer(arrays: dict[str, np.ndarray], config: ElmoConfig, char_ids: np
     x = np.concatenate(pooled, axis=-1)
     x = np.maximum(x, 0) if config.activation == "relu" else np.tanh(x)
     for index in range(config.num_highway_layers):
-        carry = _sigmoid(x @ arrays[highway_weight_name(index, "carry")] + arrays[highway_bias_name(index, "carry")])
-        transformed = x @ arrays[highway_weight_name(index, "transform")] + arrays[highway_bias_name(index, "transform")]
-        x = carry * np.maximum(transformed, 0) + (1 - carry) * x
+        (carry_weight, carry_bias), (transform_weight, transform_bias) = (
+            (arrays[highway_weight_name(index, kind)], arrays[highway_bias_name(index, kind)])
+            for kind in ("carry", "transform")
+        )
+        carry = _sigmoid(x @ carry_weight + carry_bias)
+        x = carry * np.maximum(x @ transform_weight + transform_bias, 0) + (1 - carry) * x
     return x @ arrays[PROJECTION_WEIGHT] + arrays[PROJECTION_BIAS]
 
 
@@ -127,7 +130,8 @@ def every_character_sentence(config: ElmoConfig) -> np.ndarray:
 
     Byte characters are packed `max_characters_per_token - 2` to a word between the begin- and end-of-word ids (most
     bytes cannot appear alone in UTF-8 text, so the rows are built from ids); the boundary rows hold the
-    within-word padding id. A check on this sentence sees any embedding row that is wrong or non-finite. Returns `(words, max_characters)`.
+    within-word padding id. A check on this sentence sees any embedding row that is wrong or non-finite.
+    Returns `(words, max_characters_per_token)`.
     """
     specials = {BEGIN_WORD_CHAR_ID, END_WORD_CHAR_ID, PADDING_WITHIN_WORD_CHAR_ID}
     specials |= {char_id for token in (BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN)
