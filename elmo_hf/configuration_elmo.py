@@ -21,6 +21,7 @@ from transformers import PreTrainedConfig
 from .pipeline_elmo import ElmoTokenClassificationPipeline
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
+ELMO_IMPLEMENTATIONS = ("auto", "eager")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
 # Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
 ELMO_AUTO_MAP = {
@@ -106,6 +107,10 @@ class ElmoConfig(PreTrainedConfig):
             Layers of the task biLSTM.
         concatenate_elmo_to_task_output (`bool`, defaults to `False`):
             With a task biLSTM, also concatenate a second, independent ELMo mix to its output (paper §3.3).
+        elmo_implementation (`str`, defaults to `"auto"`):
+            `"auto"` runs the CPU kernels of `cpu_kernels.py` where they compute the same thing as the model's own
+            modules (CPU, no autograd, float32 or bfloat16, stock layers without hooks); `"eager"` always runs the
+            modules themselves (the reference computation).
 
     `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves). Saved
     configs name the model code in `auto_map` and [`ElmoTokenClassificationPipeline`] in `custom_pipelines`, so a
@@ -154,6 +159,7 @@ class ElmoConfig(PreTrainedConfig):
     task_lstm_dim: int | None = None
     task_lstm_layers: int = 1
     concatenate_elmo_to_task_output: bool = False
+    elmo_implementation: str = "auto"
     pad_token_id: int | None = 0
     bos_token_id: int | None = 257
     eos_token_id: int | None = 258
@@ -214,6 +220,11 @@ class ElmoConfig(PreTrainedConfig):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value}.")
+        if self.elmo_implementation not in ELMO_IMPLEMENTATIONS:
+            raise ValueError(
+                f"ElmoConfig.elmo_implementation must be one of {ELMO_IMPLEMENTATIONS}, got "
+                f"{self.elmo_implementation!r}."
+            )
         self._validate_task_fields()
 
     def _validate_dictionary_fields(self):

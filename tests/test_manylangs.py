@@ -84,9 +84,12 @@ def test_their_lexicon_quirks(tokenizer):
     assert tokenizer.decode(tokenizer(["天\u3000氣", "a€"], is_split_into_words=True)["input_ids"]) == "天\u3000氣 a\ufffd"
 
 
+@pytest.mark.parametrize("implementation", ["auto", "eager"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_converted_model_matches_their_embedder(model, tokenizer, dtype):
-    """All layers of every sentence, run as one padded batch, against their fresh Embedder's one-batch output."""
+def test_converted_model_matches_their_embedder(model, tokenizer, dtype, implementation, monkeypatch):
+    """All layers of every sentence, run as one padded batch, against their fresh Embedder's one-batch output; float32
+    runs the CPU kernels ("auto") and the reference modules ("eager")."""
+    monkeypatch.setattr(model.config, "elmo_implementation", implementation)
     layers, _ = hidden_states(model, tokenizer, SENTENCES, dtype)
     for index, sentence in enumerate(SENTENCES):
         assert_matches(layers[:, index, : len(sentence)], EXPECTED[f"single_{index}"], dtype)
