@@ -16,6 +16,7 @@
 from transformers import (
     AutoConfig,
     AutoModel,
+    AutoModelForPreTraining,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     AutoTokenizer,
@@ -23,6 +24,8 @@ from transformers import (
 
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import (
+    ElmoForPreTraining,
+    ElmoForPreTrainingOutput,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -37,6 +40,7 @@ AUTO_CLASSES = {
     AutoModel: ElmoModel,
     AutoModelForTokenClassification: ElmoForTokenClassification,
     AutoModelForSequenceClassification: ElmoForSequenceClassification,
+    AutoModelForPreTraining: ElmoForPreTraining,
 }
 
 AutoConfig.register(ElmoConfig.model_type, ElmoConfig, exist_ok=True)
@@ -52,6 +56,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ElmoConfig",
+    "ElmoForPreTraining",
+    "ElmoForPreTrainingOutput",
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
     "ElmoModel",

@@ -14,21 +14,28 @@
 """ELMo model configuration."""
 
 import copy
+import math
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from .pipeline_elmo import ElmoTokenClassificationPipeline
+from .tokenization_elmo import CHAR_VOCAB_SIZE
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
-ELMO_IMPLEMENTATIONS = ("auto", "eager")
+ELMO_IMPLEMENTATIONS = ("auto", "eager", "export")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
+SOFTMAX_TYPES = ("full", "sampled")
 # Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
 ELMO_AUTO_MAP = {
     "AutoConfig": "configuration_elmo.ElmoConfig",
     "AutoModel": "modeling_elmo.ElmoModel",
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
     "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
+    "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
 }
 # The stock token-classification pipeline cannot read one row of character ids per word, so saved folders name ours.
 # Importing it here makes `save_pretrained` copy pipeline_elmo.py beside this file, and remote loading fetch it.
@@ -55,7 +62,7 @@ class ElmoConfig(PreTrainedConfig):
             `boundary_input_ids` (a character dictionary), the dictionary's size + 1.
         max_characters_per_token (`int`, defaults to 50):
             Character ids per word, begin/end-of-word marks included.
-        word_vocab_size (`int`, defaults to 0):
+        word_embedding_vocab_size (`int`, defaults to 0):
             Number of word ids of the token layer's word embedding (the dictionary's size + 1, id 0 pads); 0 (the
             original English checkpoints) for none.
         word_embedding_dim (`int`, defaults to 0):
@@ -107,10 +114,27 @@ class ElmoConfig(PreTrainedConfig):
             Layers of the task biLSTM.
         concatenate_elmo_to_task_output (`bool`, defaults to `False`):
             With a task biLSTM, also concatenate a second, independent ELMo mix to its output (paper §3.3).
+        word_vocab_size (`int`, *optional*):
+            Words of the pretraining softmax ([`ElmoForPreTraining`]), boundary and unknown words included; the
+            vocabulary itself is saved beside the model as `vocab.txt`.
+        softmax_type (`str`, defaults to `"full"`):
+            Training loss of the pretraining softmax: `"full"`, or `"sampled"` (the original's sampled softmax over
+            `softmax_num_samples` words drawn log-uniformly, for large vocabularies). Evaluation is always full.
+        softmax_num_samples (`int`, defaults to 8192):
+            Words sampled per batch by the sampled softmax (the original's `n_negative_samples_batch`).
+        pretraining_dropout (`float`, defaults to 0.1):
+            Dropout while pretraining on every biLSTM layer's input and on the top layer's output before the softmax
+            (the original trains with 0.1).
         elmo_implementation (`str`, defaults to `"auto"`):
             `"auto"` runs the CPU kernels of `cpu_kernels.py` where they compute the same thing as the model's own
             modules (CPU, no autograd, float32 or bfloat16, stock layers without hooks); `"eager"` always runs the
-            modules themselves (the reference computation).
+            modules themselves (the reference computation); `"export"` runs the export path, the computation that
+            `torch.export` and ONNX export take whatever this is set to (every sentence runs to the batch's longest
+            length, no host synchronisation), e.g. for `torch.compile(model, fullgraph=True, dynamic=True)`.
+
+    Every field is checked whenever it is set (construction, attribute assignment, `update`, `from_pretrained`
+    keywords), and the relations between fields (`scalar_mix_parameters` against `num_layers`, filter widths against
+    `max_characters_per_token`) once the config is complete and again when a model is built from it.
 
     `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves). Saved
     configs name the model code in `auto_map` and [`ElmoTokenClassificationPipeline`] in `custom_pipelines`, so a
@@ -127,9 +151,9 @@ class ElmoConfig(PreTrainedConfig):
     model_type = "elmo"
     attribute_map = {"vocab_size": "char_vocab_size", "num_hidden_layers": "num_layers"}
 
-    char_vocab_size: int = 262
+    char_vocab_size: int = CHAR_VOCAB_SIZE
     max_characters_per_token: int = 50
-    word_vocab_size: int = 0
+    word_embedding_vocab_size: int = 0
     word_embedding_dim: int = 0
     boundary_input_ids: list[list[int]] | None = None
     char_embedding_dim: int = 16
@@ -159,6 +183,10 @@ class ElmoConfig(PreTrainedConfig):
     task_lstm_dim: int | None = None
     task_lstm_layers: int = 1
     concatenate_elmo_to_task_output: bool = False
+    word_vocab_size: int | None = None
+    softmax_type: str = "full"
+    softmax_num_samples: int = 8192
+    pretraining_dropout: float | int = 0.1
     elmo_implementation: str = "auto"
     pad_token_id: int | None = 0
     bos_token_id: int | None = 257
@@ -185,59 +213,77 @@ class ElmoConfig(PreTrainedConfig):
         """Width of the character CNN output (all banks concatenated)."""
         return sum(num for _, num in self.filters)
 
+    def __setattr__(self, name: str, value: Any):
+        """Checks a field's own constraint before it changes (cross-field checks run in `validate`)."""
+        name = type(self).attribute_map.get(name, name)
+        _check_field(name, value)
+        super().__setattr__(name, value)
+
+    @contextmanager
+    def _checked_as_a_whole(self):
+        """Runs `validate` after the changes made inside; if anything fails the config is left as it was."""
+        saved = dict(self.__dict__)
+        try:
+            yield
+            self.validate()
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    def update(self, config_dict: dict[str, Any]):
+        """Sets several fields at once and checks the result as a whole, so related fields (`num_layers` and
+        `scalar_mix_parameters`) can change together; on error the config is unchanged."""
+        with self._checked_as_a_whole():
+            super().update(config_dict)
+
+    def update_from_string(self, update_str: str):
+        """As [`~PreTrainedConfig.update_from_string`], checked as a whole like `update`."""
+        with self._checked_as_a_whole():
+            super().update_from_string(update_str)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs) -> "ElmoConfig | tuple[ElmoConfig, dict[str, Any]]":
+        """Builds the config, then checks it as a whole: `from_pretrained`'s keyword overrides (`num_layers=3`) are
+        set one by one after construction, so only this check sees them together with the saved fields."""
+        loaded = super().from_dict(config_dict, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).validate()
+        return loaded
+
     def validate_architecture(self):
-        """Checks every architecture field and names the bad one."""
+        """Checks every field (again, for values set behind `__setattr__`) and the constraints between fields."""
         super().validate_architecture()
-        positive = ("char_embedding_dim", "projection_dim", "lstm_dim", "num_layers")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"ElmoConfig.{name} must be a positive integer, got {getattr(self, name)}.")
-        if self.boundary_input_ids is None and self.char_vocab_size < 262:
+        for name in _FIELD_RULES:
+            _check_field(name, getattr(self, name))
+        if self.boundary_input_ids is None and self.char_vocab_size < CHAR_VOCAB_SIZE:
             raise ValueError(
-                f"ElmoConfig.char_vocab_size must be at least 262 (ELMo's character ids), got {self.char_vocab_size}."
+                f"ElmoConfig.char_vocab_size must be at least {CHAR_VOCAB_SIZE} (ELMo's character ids), got "
+                f"{self.char_vocab_size}."
             )
-        if self.max_characters_per_token < 3:
-            raise ValueError(
-                "ElmoConfig.max_characters_per_token must be at least 3 (begin-of-word, one byte, end-of-word), "
-                f"got {self.max_characters_per_token}."
-            )
-        if self.num_highway_layers < 0:
-            raise ValueError(f"ElmoConfig.num_highway_layers must be >= 0, got {self.num_highway_layers}.")
-        if self.activation not in ELMO_ACTIVATIONS:
-            raise ValueError(f"ElmoConfig.activation must be one of {ELMO_ACTIVATIONS}, got {self.activation!r}.")
-        if not self.filters:
-            raise ValueError("ElmoConfig.filters must list at least one [width, num_filters] bank.")
-        for bank in self.filters:
-            if len(bank) != 2 or not all(isinstance(v, int) and v >= 1 for v in bank):
-                raise ValueError(f"ElmoConfig.filters entries must be [width, num_filters] positive ints, got {bank}.")
-            if bank[0] > self.max_characters_per_token:
+        for width, _ in self.filters:
+            if width > self.max_characters_per_token:
                 raise ValueError(
-                    f"ElmoConfig.filters has width {bank[0]}, wider than max_characters_per_token "
+                    f"ElmoConfig.filters has width {width}, wider than max_characters_per_token "
                     f"({self.max_characters_per_token})."
                 )
         self._validate_dictionary_fields()
-        for name in ("cell_clip", "projection_clip"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value}.")
-        if self.elmo_implementation not in ELMO_IMPLEMENTATIONS:
+        if self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != self.num_layers + 1:
             raise ValueError(
-                f"ElmoConfig.elmo_implementation must be one of {ELMO_IMPLEMENTATIONS}, got "
-                f"{self.elmo_implementation!r}."
+                f"ElmoConfig.scalar_mix_parameters needs num_layers + 1 = {self.num_layers + 1} values, got "
+                f"{len(self.scalar_mix_parameters)}; change the two together, e.g. with config.update({{...}})."
             )
-        self._validate_task_fields()
+        if self.concatenate_elmo_to_task_output and self.task_lstm_dim is None:
+            raise ValueError(
+                "ElmoConfig.concatenate_elmo_to_task_output=True concatenates a second ELMo mix to the task biLSTM's "
+                "output, but there is no task biLSTM (task_lstm_dim=None); set task_lstm_dim or leave it False."
+            )
 
     def _validate_dictionary_fields(self):
         """Checks the word embedding and the dictionary boundary rows (ELMoForManyLangs checkpoints)."""
-        if self.word_vocab_size < 0 or self.word_embedding_dim < 0:
+        if (self.word_embedding_vocab_size > 0) != (self.word_embedding_dim > 0):
             raise ValueError(
-                f"ElmoConfig.word_vocab_size and word_embedding_dim must be >= 0, got {self.word_vocab_size} and "
-                f"{self.word_embedding_dim}."
-            )
-        if (self.word_vocab_size > 0) != (self.word_embedding_dim > 0):
-            raise ValueError(
-                f"ElmoConfig.word_vocab_size ({self.word_vocab_size}) and word_embedding_dim "
-                f"({self.word_embedding_dim}) must both be 0 (no word embedding) or both positive."
+                f"ElmoConfig.word_embedding_vocab_size ({self.word_embedding_vocab_size}) and "
+                f"word_embedding_dim ({self.word_embedding_dim}) must both be 0 (no word embedding) or both positive."
             )
         if self.boundary_input_ids is None:
             if self.word_embedding_dim:
@@ -255,35 +301,87 @@ class ElmoConfig(PreTrainedConfig):
         for row in rows:
             chars, words = row[: self.max_characters_per_token], row[self.max_characters_per_token :]
             if not all(0 < char_id < self.char_vocab_size for char_id in chars) or not all(
-                0 < word_id < self.word_vocab_size for word_id in words
+                0 < word_id < self.word_embedding_vocab_size for word_id in words
             ):
                 raise ValueError(
                     f"ElmoConfig.boundary_input_ids row {row} has ids outside 1..char_vocab_size - 1 "
-                    f"({self.char_vocab_size - 1}) or, for the word id, 1..word_vocab_size - 1."
+                    f"({self.char_vocab_size - 1}) or, for the word id, 1..word_embedding_vocab_size - 1."
                 )
 
-    def _validate_task_fields(self):
-        """Checks the fields the task heads read."""
-        if self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != self.num_layers + 1:
-            raise ValueError(
-                f"ElmoConfig.scalar_mix_parameters needs num_layers + 1 = {self.num_layers + 1} values, got "
-                f"{len(self.scalar_mix_parameters)}."
-            )
-        if self.scalar_mix_layer_norm not in SCALAR_MIX_LAYER_NORMS:
-            raise ValueError(
-                f"ElmoConfig.scalar_mix_layer_norm must be one of {SCALAR_MIX_LAYER_NORMS}, got "
-                f"{self.scalar_mix_layer_norm!r}."
-            )
-        if not 0 <= self.elmo_dropout < 1:
-            raise ValueError(f"ElmoConfig.elmo_dropout must be in [0, 1), got {self.elmo_dropout}.")
-        if self.scalar_mix_l2_coefficient < 0:
-            raise ValueError(
-                f"ElmoConfig.scalar_mix_l2_coefficient must be >= 0, got {self.scalar_mix_l2_coefficient}."
-            )
-        if self.task_lstm_dim is not None and self.task_lstm_dim < 1:
-            raise ValueError(f"ElmoConfig.task_lstm_dim must be a positive integer or None, got {self.task_lstm_dim}.")
-        if self.task_lstm_layers < 1:
-            raise ValueError(f"ElmoConfig.task_lstm_layers must be >= 1, got {self.task_lstm_layers}.")
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int_row(row: Any) -> bool:
+    return isinstance(row, (list, tuple)) and all(_is_int(value) for value in row)
+
+
+def _is_filter_bank(bank: Any) -> bool:
+    return isinstance(bank, (list, tuple)) and len(bank) == 2 and all(_is_int(v) and v >= 1 for v in bank)
+
+
+_POSITIVE_INT = (lambda v: _is_int(v) and v >= 1, "a positive integer")
+_CLIP = (lambda v: v is None or (_is_number(v) and v > 0), "positive or None (no clipping), and finite")
+_NON_NEGATIVE = (lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
+_NO_WORD_EMBEDDING_OR_SIZE = (lambda v: _is_int(v) and v >= 0, "an integer >= 0 (0: no word embedding)")
+# Each field's own constraint, checked whenever it is set: (test, what a valid value is).
+_FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "char_vocab_size": _POSITIVE_INT,
+    "word_embedding_vocab_size": _NO_WORD_EMBEDDING_OR_SIZE,
+    "word_embedding_dim": _NO_WORD_EMBEDDING_OR_SIZE,
+    "boundary_input_ids": (
+        lambda v: v is None or (isinstance(v, (list, tuple)) and all(_is_int_row(row) for row in v)),
+        "None (UTF-8 byte ids) or the two rows of ids of <S> and </S>",
+    ),
+    "max_characters_per_token": (
+        lambda v: _is_int(v) and v >= 3,
+        "an integer of at least 3 (begin-of-word, one byte, end-of-word)",
+    ),
+    "char_embedding_dim": _POSITIVE_INT,
+    "filters": (
+        lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_filter_bank(bank) for bank in v),
+        "a non-empty list of [width, num_filters] banks of positive integers",
+    ),
+    "activation": (lambda v: v in ELMO_ACTIVATIONS, f"one of {ELMO_ACTIVATIONS}"),
+    "num_highway_layers": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "projection_dim": _POSITIVE_INT,
+    "lstm_dim": _POSITIVE_INT,
+    "num_layers": _POSITIVE_INT,
+    "cell_clip": _CLIP,
+    "projection_clip": _CLIP,
+    "initializer_range": _NON_NEGATIVE,
+    "scalar_mix_parameters": (
+        lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_number(w) for w in v)),
+        "None (learned weights) or num_layers + 1 finite numbers",
+    ),
+    "scalar_mix_layer_norm": (lambda v: v in SCALAR_MIX_LAYER_NORMS, f"one of {SCALAR_MIX_LAYER_NORMS}"),
+    "elmo_dropout": (lambda v: _is_number(v) and 0 <= v < 1, "in [0, 1) (1 would zero every ELMo vector)"),
+    "scalar_mix_l2_coefficient": _NON_NEGATIVE,
+    "task_lstm_dim": (lambda v: v is None or (_is_int(v) and v >= 1), "a positive integer or None (no task biLSTM)"),
+    "task_lstm_layers": _POSITIVE_INT,
+    "elmo_implementation": (lambda v: v in ELMO_IMPLEMENTATIONS, f"one of {ELMO_IMPLEMENTATIONS}"),
+    "word_vocab_size": (
+        lambda v: v is None or (_is_int(v) and v >= 3),
+        "None or an integer of at least 3 (</S>, <S>, <UNK>)",
+    ),
+    "softmax_type": (lambda v: v in SOFTMAX_TYPES, f"one of {SOFTMAX_TYPES}"),
+    "softmax_num_samples": _POSITIVE_INT,
+    "pretraining_dropout": (lambda v: _is_number(v) and 0 <= v < 1, "in [0, 1)"),
+}
+
+
+def _check_field(name: str, value: Any):
+    """Raises `ValueError` naming the field, the rule and the value if `value` breaks `name`'s own constraint."""
+    rule = _FIELD_RULES.get(name)
+    if rule is not None and not rule[0](value):
+        raise ValueError(f"ElmoConfig.{name} must be {rule[1]}, got {value!r}.")
+
 
 
 __all__ = ["ElmoConfig"]

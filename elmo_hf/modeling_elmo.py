@@ -19,16 +19,21 @@ is described in this repository's docs/original_computation.md.
 
 Every module computes what the paper says with its own submodules; on CPU without autograd, the token layer and the
 LSTM cells may instead run the faster kernels of `cpu_kernels.py`, which compute the same thing (see
-`use_cpu_kernels`, the one place that decides).
+`use_cpu_kernels`, the one place that decides). Under `torch.export` (or with `config.elmo_implementation =
+"export"`) the model runs its export path instead, which has no host synchronisation and no shape taken from data
+(see `use_export_path`).
 
 Dimension names used in the docstrings: `batch_size`, `sequence_length` (words), `max_characters_per_token`,
 `projection_dim`, `lstm_dim`; `sequence_length + 2` counts the sentence boundaries `<S>` and `</S>`.
 """
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch._higher_order_ops.scan import scan
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
@@ -52,6 +57,12 @@ def use_cpu_kernels(module: nn.Module, *inputs: torch.Tensor) -> bool:
     if module.config.elmo_implementation != "auto":
         return False
     return kernels_apply(module, inputs, CPU_KERNEL_MODULE_TYPES[type(module)])
+
+
+def use_export_path(config: ElmoConfig) -> bool:
+    """Whether the model runs its export path: under `torch.export` (and so `torch.onnx.export(..., dynamo=True)`),
+    or when `config.elmo_implementation == "export"` (e.g. for `torch.compile(fullgraph=True)`)."""
+    return torch.compiler.is_exporting() or config.elmo_implementation == "export"
 
 
 class ElmoCharCnn(nn.Module):
@@ -118,7 +129,7 @@ class ElmoCharacterEncoder(nn.Module):
         self.config = config
         self.char_embeddings = nn.Embedding(config.char_vocab_size, config.char_embedding_dim, padding_idx=0)
         self.word_embeddings = (
-            nn.Embedding(config.word_vocab_size, config.word_embedding_dim, padding_idx=0)
+            nn.Embedding(config.word_embedding_vocab_size, config.word_embedding_dim, padding_idx=0)
             if config.word_embedding_dim
             else None
         )
@@ -130,12 +141,14 @@ class ElmoCharacterEncoder(nn.Module):
         """`(num_words, row_width)` ids (characters, then the word id if any) -> `(num_words, projection_dim)`."""
         if use_cpu_kernels(self, word_ids):
             return encode_words(self, word_ids)
+        # The export path takes all words at once: a number of chunks would depend on the data.
+        chunks = (word_ids,) if use_export_path(self.config) else word_ids.split(self.chunk_size)
         chars = self.config.max_characters_per_token
-        chunks = []
-        for chunk in word_ids.split(self.chunk_size):
+        embedded = []
+        for chunk in chunks:
             features = self.highway(self.char_cnn(self.char_embeddings(chunk[:, :chars])))
-            chunks.append(self.projection(self.with_word_embeddings(features, chunk)))
-        return torch.cat(chunks)
+            embedded.append(self.projection(self.with_word_embeddings(features, chunk)))
+        return torch.cat(embedded)
 
     def with_word_embeddings(self, features: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
         """`(num_words, num_filters)` highway output -> the projection's input: the word embedding of each row's last
@@ -143,6 +156,48 @@ class ElmoCharacterEncoder(nn.Module):
         if self.word_embeddings is None:
             return features
         return torch.cat([self.word_embeddings(word_ids[:, self.config.max_characters_per_token]), features], dim=-1)
+
+
+def masked_recurrence(
+    step: Callable[[torch.Tensor, LstmState], LstmState],
+    inputs: torch.Tensor,
+    mask: torch.Tensor,
+    initial_state: LstmState,
+) -> tuple[torch.Tensor, LstmState]:
+    """Runs one LSTM direction over a padded batch: every row runs to the longest length, a finished row keeps its
+    state. The export path's recurrence: no host synchronisation and no shape taken from data, so it exports with
+    dynamic batch and length; it spends work on padding, where `lstm_with_projection` does not.
+
+    Under `torch.export` and `torch.compile` the loop is `torch._higher_order_ops.scan` (an ONNX `Scan`; a
+    prototype in torch 2.13, guarded by the export parity tests), in plain eager mode a Python loop (faster there).
+
+    Args:
+        step: one time step, `(step_inputs, (h, c)) -> (h, c)` (`ElmoLstmCellWithProjection.step`, whose inputs are
+            the input-to-gate products).
+        inputs: `(steps, batch_size, features)` what `step` reads at each step, time-major, in this direction's order.
+        mask: `(steps, batch_size, 1)` bool, true where the row has a token at that step.
+        initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`.
+
+    Returns:
+        The outputs `(steps, batch_size, projection_dim)`, zero where `mask` is false, and each row's final `(h, c)`
+        (the state after its own last step).
+    """
+
+    def masked_step(state, step_inputs_and_mask):  # no annotations: torch.compile cannot evaluate subscripted ones
+        """`((h, c), (step_inputs, running))` -> the next state (unchanged where not running) and the output."""
+        step_inputs, running = step_inputs_and_mask
+        hidden, cell = step(step_inputs, state)
+        state = (torch.where(running, hidden, state[0]), torch.where(running, cell, state[1]))
+        return state, hidden * running
+
+    if torch.compiler.is_exporting() or torch.compiler.is_compiling():
+        final_state, outputs = scan(masked_step, initial_state, (inputs, mask))
+        return outputs, final_state
+    state, outputs = initial_state, []
+    for step_inputs_and_mask in zip(inputs, mask):
+        state, output = masked_step(state, step_inputs_and_mask)
+        outputs.append(output)
+    return torch.stack(outputs), state
 
 
 class ElmoLstmCellWithProjection(nn.Module):
@@ -215,6 +270,21 @@ class ElmoLstmCellWithProjection(nn.Module):
         # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
         final_hidden, final_cell = (torch.cat(parts[::-1]) for parts in zip(*finished))
         return torch.cat(outputs), (final_hidden, final_cell)
+
+    def forward_masked(
+        self, inputs: torch.Tensor, mask: torch.Tensor, initial_state: LstmState
+    ) -> tuple[torch.Tensor, LstmState]:
+        """The export path: `(batch_size, steps, projection_dim)` padded inputs in this direction's time order and
+        their `(batch_size, steps)` bool mask -> outputs of the same shape (zero at padding) and the final state (see
+        `masked_recurrence`)."""
+        # (steps, batch_size, 4 * lstm_dim): all input-to-gate products in one matrix product, then time-major
+        gate_inputs = self.input_to_gates(inputs).transpose(0, 1)
+        outputs, final_state = masked_recurrence(
+            self.step, gate_inputs, mask.transpose(0, 1).unsqueeze(-1), initial_state
+        )
+        return outputs.transpose(0, 1), final_state
+
+
 class ElmoLstmLayer(nn.Module):
     """One biLSTM layer: independent forward and backward cells, each fed its own direction's previous layer."""
 
@@ -297,6 +367,35 @@ class ElmoBiLm(nn.Module):
             final_cell += [forward_state[1], backward_state[1]]
         return layer_outputs, (torch.stack(final_hidden)[:, unsort], torch.stack(final_cell)[:, unsort])
 
+    def forward_masked(
+        self, token_embeddings: torch.Tensor, lengths: torch.Tensor, initial_state: LstmState
+    ) -> tuple[list[torch.Tensor], LstmState]:
+        """The export path, arguments and results as `forward`: every row runs to the longest length (see
+        `masked_recurrence`); the backward direction reads each row reversed within its own length by a
+        gather, and the same gather puts its outputs back."""
+        steps = torch.arange(token_embeddings.shape[1], device=lengths.device)
+        mask = steps < lengths.unsqueeze(1)  # (batch_size, sequence_length + 2)
+        # Row r, step t of the backward direction is position lengths[r] - 1 - t (padding stays in place).
+        reverse = torch.where(mask, lengths.unsqueeze(1) - 1 - steps, steps).unsqueeze(-1)
+        reverse = reverse.expand(-1, -1, token_embeddings.shape[-1])
+        forward_inputs, backward_inputs = token_embeddings, token_embeddings.gather(1, reverse)
+        hidden, cell = initial_state
+        layer_outputs, final_hidden, final_cell = [], [], []
+        for index, layer in enumerate(self.layers):
+            forward_outputs, forward_state = layer.forward_cell.forward_masked(
+                forward_inputs, mask, (hidden[2 * index], cell[2 * index])
+            )
+            backward_outputs, backward_state = layer.backward_cell.forward_masked(
+                backward_inputs, mask, (hidden[2 * index + 1], cell[2 * index + 1])
+            )
+            if layer.residual:
+                forward_outputs, backward_outputs = forward_outputs + forward_inputs, backward_outputs + backward_inputs
+            forward_inputs, backward_inputs = forward_outputs, backward_outputs
+            layer_outputs.append(torch.cat([forward_outputs, backward_outputs.gather(1, reverse)], dim=-1))
+            final_hidden += [forward_state[0], backward_state[0]]
+            final_cell += [forward_state[1], backward_state[1]]
+        return layer_outputs, (torch.stack(final_hidden), torch.stack(final_cell))
+
 
 
 # The module types each kernel of `cpu_kernels.py` reads (and whose forward it replaces), for `use_cpu_kernels`.
@@ -338,6 +437,16 @@ def gather_words(tensor: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     index = order.view(*order.shape, *(1,) * (tensor.dim() - 2)).expand_as(tensor)
     return tensor.gather(1, index)
 
+
+def words_first_positions(mask: torch.Tensor) -> torch.Tensor:
+    """`(batch_size, sequence_length)` int64: where each position goes when the words of its row move to the front
+    (words in order, then the padding in order). Scattering by it moves them; gathering by it moves them back. The
+    export path's form of `words_first_order`: no sort and no host synchronisation."""
+    counts = mask.cumsum(1)
+    padding_position = mask.sum(1, keepdim=True) + torch.arange(mask.shape[1], device=mask.device) - counts
+    return torch.where(mask, counts - 1, padding_position)
+
+
 @dataclass
 class ElmoModelOutput(ModelOutput):
     r"""
@@ -368,6 +477,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
+
+    def __init__(self, config: ElmoConfig, *inputs, **kwargs):
+        # Fields are checked as they are set, the constraints between them (e.g. scalar_mix_parameters against
+        # num_layers) only as a whole: check again before any module reads the config.
+        config.validate()
+        super().__init__(config, *inputs, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -415,12 +530,34 @@ class ElmoModel(ElmoPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.token_encoder.char_embeddings = value
 
-    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
-        """Raises a clear error for inputs the model cannot read correctly."""
+    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, check_values: bool = True):
+        """Raises a clear error for inputs the model cannot read correctly, and for tracing. `check_values=False` checks
+        types and shapes only: the checks of values (id range, a mask marking an all-zero word) read the data, which a
+        traced graph cannot do (the export path under `torch.export` or `torch.compile`)."""
+        if torch.jit.is_tracing():
+            raise RuntimeError(
+                "ELMo cannot be traced (torch.jit.trace, torch.onnx.export(..., dynamo=False)): a trace fixes the "
+                "traced batch's sentence lengths into the graph, which is then wrong for other inputs. Export with "
+                "`elmo-hf export-onnx`, torch.onnx.export(..., dynamo=True) or torch.export.export."
+            )
         if not isinstance(input_ids, torch.Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
+        largest, name = max(
+            (self.config.char_vocab_size - 1, "character ids"),
+            (self.config.word_embedding_vocab_size - 1, "word ids"),
+        )
+        if torch.iinfo(input_ids.dtype).max < largest:
+            raise TypeError(
+                f"input_ids has dtype {input_ids.dtype}, which cannot hold {name} up to {largest}, so its values have "
+                "wrapped around; keep the torch.long ids ElmoTokenizer returns."
+            )
+        if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+            raise TypeError(
+                f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
+                "return_tensors='pt' or pass torch.tensor(attention_mask)."
+            )
         chars, width = self.config.max_characters_per_token, self.config.row_width
         if input_ids.dim() != 3:
             raise ValueError(
@@ -435,15 +572,19 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"input_ids has {input_ids.shape[-1]} ids per word, but this model reads {width} "
                 f"(max_characters_per_token={chars}{words}); tokenize with the tokenizer saved with the model."
             )
+        if not check_values:
+            return
         for name, ids, size in (
             ("character", input_ids[..., :chars], self.config.char_vocab_size),
-            ("word", input_ids[..., chars:], self.config.word_vocab_size),
+            ("word", input_ids[..., chars:], self.config.word_embedding_vocab_size),
         ):
-            if ids.numel() and (ids.min() < 0 or ids.max() >= size):
-                raise ValueError(
-                    f"input_ids holds {name} ids outside 0..{size - 1} (found {int(ids.min())}..{int(ids.max())}); "
-                    "ELMo ids come from the tokenizer saved with the model."
-                )
+            if ids.numel():
+                low, high = int(ids.min()), int(ids.max())
+                if low < 0 or high >= size:
+                    raise ValueError(
+                        f"input_ids holds {name} ids outside 0..{size - 1} (found {low}..{high}); ELMo ids come from "
+                        "the tokenizer saved with the model."
+                    )
         if attention_mask is not None:
             if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
                 raise ValueError(
@@ -508,13 +649,23 @@ class ElmoModel(ElmoPreTrainedModel):
         """
         if input_ids is None:
             raise ValueError("ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token).")
-        self._check_inputs(input_ids, attention_mask)
+        export_path = use_export_path(self.config)
+        traced = torch.compiler.is_exporting() or torch.compiler.is_compiling()
+        self._check_inputs(input_ids, attention_mask, check_values=not (export_path and traced))
+        input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         mask = word_mask(input_ids, attention_mask)
         batch_size, sequence_length = mask.shape
         lengths = mask.sum(1)
+        if export_path:
+            layers, final_state = self._forward_export(input_ids, mask, lengths, lstm_state)
+            return ElmoModelOutput(
+                last_hidden_state=layers[-1],
+                hidden_states=tuple(layers) if output_hidden_states else None,
+                lstm_state=final_state if output_lstm_state else None,
+            )
 
         # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
         order = words_first_order(mask)
@@ -551,6 +702,40 @@ class ElmoModel(ElmoPreTrainedModel):
             hidden_states=tuple(layers) if output_hidden_states else None,
             lstm_state=final_state if output_lstm_state else None,
         )
+
+    def _forward_export(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, lstm_state: LstmState | None
+    ) -> tuple[list[torch.Tensor], LstmState]:
+        """The export path (`use_export_path`): the same layers and final state as `forward`, computed without host
+        synchronisation or shapes taken from data, so that `torch.export` traces it with dynamic batch and length.
+
+        The differences: the token layer runs on every position, padding included (no distinct-word pass); the
+        recurrence runs every row to the longest length (`masked_recurrence`); the words are moved to the
+        front of each row unconditionally, by a scatter; `lstm_state` must have exactly `batch_size` rows.
+        """
+        batch_size, sequence_length = mask.shape
+        words_first = words_first_positions(mask)
+        input_ids = input_ids.new_zeros(input_ids.shape).scatter(
+            1, words_first.unsqueeze(-1).expand_as(input_ids), input_ids
+        )
+        steps = torch.arange(sequence_length + 2, device=mask.device)
+        words = (steps[1:-1] <= lengths.unsqueeze(1)).unsqueeze(-1)  # (batch_size, sequence_length, 1)
+
+        chars = self.config.max_characters_per_token
+        embeddings = self.token_encoder(torch.cat([self.boundary_char_ids.to(input_ids), input_ids.view(-1, chars)]))
+        begin_embedding, end_embedding = embeddings[0], embeddings[1]
+        word_embeddings = embeddings[2:].view(batch_size, sequence_length, -1) * words
+        # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
+        tokens = nn.functional.pad(word_embeddings, (0, 0, 1, 1))
+        tokens = torch.where((steps == 0).unsqueeze(-1), begin_embedding, tokens)
+        tokens = torch.where((steps == lengths.unsqueeze(1) + 1).unsqueeze(-1), end_embedding, tokens)
+
+        initial_state = self._initial_lstm_state(lstm_state, batch_size, tokens)
+        layer_outputs, final_state = self.bilm.forward_masked(tokens, lengths + 2, initial_state)
+        layers = [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
+        restore = words_first.unsqueeze(-1).expand(-1, -1, layers[0].shape[-1])
+        layers = [(layer[:, 1 : sequence_length + 1] * words).gather(1, restore) for layer in layers]
+        return layers, final_state
 
 
 class ElmoScalarMix(nn.Module):
@@ -630,6 +815,8 @@ class ElmoTaskEncoder(nn.Module):
     def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch_size, sequence_length, hidden_size)` -> `(batch_size, sequence_length, 2 * task_lstm_dim)`, zero at
         padding."""
+        if features.shape[1] == 0:  # only texts without words: nothing to run (an LSTM cannot pack zero steps)
+            return features.new_zeros(*features.shape[:2], 2 * self.lstm.hidden_size)
         order = words_first_order(mask)
         if order is not None:
             features = gather_words(features, order)
@@ -641,6 +828,37 @@ class ElmoTaskEncoder(nn.Module):
         )
         if order is not None:
             outputs = gather_words(outputs, order.argsort(1))
+        return outputs * mask.unsqueeze(-1).to(outputs.dtype)
+
+    def forward_masked(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The export path (see `use_export_path`), arguments and result as `forward`: each layer and direction of
+        the biLSTM runs as `masked_recurrence` on the `nn.LSTM`'s own parameters (an `nn.LSTM` over packed sequences
+        cannot be exported), the backward direction on each row reversed within its length."""
+        lstm = self.lstm
+        words_first = words_first_positions(mask).unsqueeze(-1)
+        inputs = features.new_zeros(features.shape).scatter(1, words_first.expand_as(features), features)
+        steps = torch.arange(mask.shape[1], device=mask.device)
+        lengths = mask.sum(1, keepdim=True)
+        running = steps < lengths
+        reverse = torch.where(running, lengths - 1 - steps, steps).unsqueeze(-1)
+        running = running.transpose(0, 1).unsqueeze(-1)  # (sequence_length, batch_size, 1), time-major
+        for layer in range(lstm.num_layers):
+            directions = []
+            for suffix in ("", "_reverse"):
+                weights = tuple(
+                    getattr(lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+                )
+                ordered = inputs if not suffix else inputs.gather(1, reverse.expand_as(inputs))
+
+                def step(step_inputs, state, weights=weights):  # no annotations, as in `masked_recurrence`
+                    return torch.lstm_cell(step_inputs, state, *weights)
+
+                # two zero tensors: the scan's initial state may not alias
+                state = tuple(features.new_zeros(features.shape[0], lstm.hidden_size) for _ in range(2))
+                outputs = masked_recurrence(step, ordered.transpose(0, 1), running, state)[0].transpose(0, 1)
+                directions.append(outputs if not suffix else outputs.gather(1, reverse.expand_as(outputs)))
+            inputs = torch.cat(directions, dim=-1)
+        outputs = inputs.gather(1, words_first.expand_as(inputs))
         return outputs * mask.unsqueeze(-1).to(outputs.dtype)
 
 
@@ -693,7 +911,9 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
             ).hidden_states
         mask = word_mask(input_ids, attention_mask)
         features = self.scalar_mix(layers, mask)
-        if self.task_encoder is not None:
+        if self.task_encoder is not None and use_export_path(self.config):
+            features = self.task_encoder.forward_masked(features, mask)
+        elif self.task_encoder is not None:
             features = self.task_encoder(features, mask)
         if self.task_output_scalar_mix is not None:
             features = torch.cat([features, self.task_output_scalar_mix(layers, mask)], dim=-1)
@@ -714,6 +934,21 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         if num_items_in_batch is None:
             return penalty
         return penalty * labels.ne(-100).sum() / num_items_in_batch
+
+    @staticmethod
+    def _check_labels_type(labels: torch.Tensor):
+        if not isinstance(labels, torch.Tensor):
+            raise TypeError(
+                f"labels must be a torch.Tensor, got {type(labels).__name__}; pass torch.tensor(labels) (the data "
+                "collators return tensors)."
+            )
+
+    @staticmethod
+    def _loss_without_labelled_items(logits: torch.Tensor) -> torch.Tensor:
+        """The loss of a batch without a labelled item (texts without words, or every label -100): zero, with zero
+        gradients. The stock mean, or sum over `num_items_in_batch = 0`, is 0/0, and its NaN gradient would spoil
+        every weight it reaches."""
+        return logits.sum() * 0.0
 
     def _check_label_ids(self, labels: torch.Tensor):
         valid = (labels == -100) | ((labels >= 0) & (labels < self.config.num_labels))
@@ -761,6 +996,7 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
         logits = self.classifier(features)
         loss = None
         if labels is not None:
+            self._check_labels_type(labels)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(
                     f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
@@ -769,6 +1005,8 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
             self._check_label_ids(labels)
             loss = self.loss_function(logits, labels, self.config, **kwargs)
             loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
 
@@ -804,10 +1042,13 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 Return the biLM's `num_layers + 1` layers.
         """
         features, mask, hidden_states = self._elmo_features(input_ids, attention_mask, output_hidden_states)
+        # A text without words pools to zeros, so its logits are the classifier's bias, alone or in any batch.
         keep = mask.unsqueeze(-1)
         mean = (features * keep).sum(1) / keep.sum(1).clamp(min=1)
-        maximum = features.masked_fill(~keep, float("-inf")).amax(1)
-        maximum = maximum.masked_fill(~keep.any(1), 0.0)
+        if features.shape[1] == 0:
+            maximum = features.new_zeros(features.shape[0], features.shape[2])
+        else:
+            maximum = features.masked_fill(~keep, float("-inf")).amax(1).masked_fill(~keep.any(1), 0.0)
         logits = self.classifier(torch.cat([mean, maximum], dim=-1))
         loss = None
         if labels is not None:
@@ -819,9 +1060,17 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 # sums over it, as the cross-entropy is, so gradient accumulation matches one large batch.
                 loss = loss * labels.ne(-100).sum() / num_items_in_batch
             loss = loss + self._l2_penalty(labels, num_items_in_batch)
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
     def _check_sequence_labels(self, labels: torch.Tensor, batch_size: int):
+        self._check_labels_type(labels)
+        if labels.dim() == 0:
+            raise ValueError(
+                "labels is a 0-dim tensor; it needs a batch axis, shape (batch_size,) or (batch_size, num_labels), "
+                "e.g. torch.tensor([label]) for one sentence."
+            )
         if labels.shape[0] != batch_size:
             raise ValueError(f"labels has {labels.shape[0]} rows for a batch of {batch_size} sentences.")
         if labels.dtype.is_floating_point:
@@ -836,9 +1085,235 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
         self._check_label_ids(labels)
 
 
+@dataclass
+class ElmoForPreTrainingOutput(ModelOutput):
+    r"""
+    Outputs of [`ElmoForPreTraining`]. Position `t` of the forward direction reads `<S>` and words `1..t` and
+    predicts word `t + 1` (`</S>` after the last); position `t` of the backward direction reads word `t + 1` to
+    `</S>` and predicts word `t` (`<S>` before the first). Both have `sequence_length + 1` positions.
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`):
+            Mean of the two directions' mean negative log-likelihood (natural log) per predicted word.
+        forward_loss, backward_loss (`torch.FloatTensor` of shape `()`):
+            Each direction's mean negative log-likelihood over this batch.
+        forward_perplexity, backward_perplexity (`torch.FloatTensor` of shape `()`):
+            `exp` of the direction's loss (of the sampled loss while training with `softmax_type="sampled"`).
+        num_predictions (`torch.LongTensor` of shape `()`):
+            Predicted words per direction in this batch (`labels != -100`), to weight batches into a corpus mean.
+        forward_logits, backward_logits (`torch.FloatTensor` of shape `(batch_size, sequence_length + 1,
+        word_vocab_size)`):
+            Full-softmax logits, returned when no labels are given.
+        hidden_states (`tuple(torch.FloatTensor)`, returned with `output_hidden_states=True`):
+            The biLM's `num_layers + 1` layers with the boundaries, `(batch_size, sequence_length + 2,
+            2 * projection_dim)`.
+    """
+
+    loss: torch.FloatTensor | None = None
+    forward_loss: torch.FloatTensor | None = None
+    backward_loss: torch.FloatTensor | None = None
+    forward_perplexity: torch.FloatTensor | None = None
+    backward_perplexity: torch.FloatTensor | None = None
+    num_predictions: torch.LongTensor | None = None
+    forward_logits: torch.FloatTensor | None = None
+    backward_logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+class ElmoForPreTraining(ElmoPreTrainedModel):
+    """The biLM with the word softmax it is pretrained with (paper §3.1): a forward LM predicts each next word, a
+    backward LM each previous word, both through one softmax over `config.word_vocab_size` words.
+
+    Sentence boundaries take part as in the original: the forward LM predicts `</S>` after the last word, the backward
+    LM `<S>` before the first. While training, dropout (`config.pretraining_dropout`) applies to every biLSTM layer's
+    input and to the top layer's output, and `softmax_type="sampled"` replaces the full softmax by the original's
+    sampled softmax; evaluation always normalises over the whole vocabulary. `ElmoModel.from_pretrained` on a saved
+    folder gives the biLM alone; `from_pretrained` on a converted biLM starts a new softmax (domain adaptation).
+    """
+
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        if config.word_vocab_size is None:
+            raise ValueError(
+                "ElmoForPreTraining needs config.word_vocab_size, the number of words of its softmax (the size of the "
+                "vocabulary built from the corpus)."
+            )
+        self.elmo = ElmoModel(config)
+        self.dropout = nn.Dropout(config.pretraining_dropout)
+        self.softmax = nn.Linear(config.projection_dim, config.word_vocab_size)
+        for layer in self.elmo.bilm.layers:
+            layer.register_forward_pre_hook(self._drop_layer_inputs)
+        self.post_init()
+
+    def _drop_layer_inputs(self, layer: nn.Module, args: tuple) -> tuple | None:
+        """Dropout on a biLSTM layer's inputs (both directions) while the layer trains, before its residual
+        connection; off when the layer is in eval mode, even if this model is not (`model.elmo.eval()`)."""
+        if not layer.training:
+            return None
+        forward_inputs, backward_inputs, *rest = args
+        probability = self.config.pretraining_dropout
+        return (
+            nn.functional.dropout(forward_inputs, probability),
+            nn.functional.dropout(backward_inputs, probability),
+            *rest,
+        )
+
+    def _boundary_layers(self, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+        """The biLM's layers with the sentence boundaries kept: `num_layers + 1` tensors `(batch_size,
+        sequence_length + 2, 2 * projection_dim)`, starting from zero states."""
+        batch_size, sequence_length, chars = input_ids.shape
+        lengths = mask.sum(1)
+        steps = torch.arange(sequence_length + 2, device=mask.device)
+        # (batch_size, sequence_length + 2, chars): <S>, the words, </S>, then padding rows.
+        padding_row = input_ids.new_zeros(batch_size, 1, chars)
+        char_ids = torch.cat([padding_row, input_ids * mask.unsqueeze(-1), padding_row], dim=1)
+        begin, end = self.elmo.boundary_char_ids.to(input_ids)
+        char_ids[:, 0] = begin
+        char_ids[torch.arange(batch_size, device=mask.device), lengths + 1] = end
+        present = steps < (lengths + 2).unsqueeze(1)
+        distinct_ids, occurrences = torch.unique(char_ids[present], dim=0, return_inverse=True)
+        encoded = self.elmo.token_encoder(distinct_ids)
+        tokens = encoded.new_zeros(batch_size, sequence_length + 2, encoded.shape[-1])
+        tokens[present] = encoded[occurrences]
+        zeros = tuple(
+            tokens.new_zeros(2 * self.config.num_layers, batch_size, dim)
+            for dim in (self.config.projection_dim, self.config.lstm_dim)
+        )
+        layer_outputs, _ = self.elmo.bilm(tokens, lengths + 2, zeros)
+        return [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
+
+    def _log_uniform_sample(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """`softmax_num_samples` word ids drawn with replacement from the log-uniform (Zipf) distribution the original
+        samples from, which assumes ids sorted by falling frequency, and the log of each id's expected count."""
+        vocab_size, num_samples = self.config.word_vocab_size, self.config.softmax_num_samples
+        uniform = torch.rand(num_samples, device=device, dtype=torch.float64)
+        sampled = (torch.exp(uniform * math.log(vocab_size + 1)) - 1).long().clamp(max=vocab_size - 1)
+        return sampled, self._log_expected_count(sampled)
+
+    def _log_expected_count(self, ids: torch.Tensor) -> torch.Tensor:
+        """`log(softmax_num_samples * p(id))` for the log-uniform `p(id) = log((id + 2) / (id + 1)) / log(V + 1)`."""
+        ids = ids.double()
+        probability = torch.log((ids + 2) / (ids + 1)) / math.log(self.config.word_vocab_size + 1)
+        return torch.log(self.config.softmax_num_samples * probability).float()
+
+    def _negative_log_likelihoods(
+        self, hidden: torch.Tensor, targets: torch.Tensor, sample: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
+        """`(num_predictions, projection_dim)` outputs and their target ids -> `(num_predictions,)` NLL, over the
+        whole vocabulary, or over the target and the sampled words (log-expected-count corrected, the target's own
+        id among the samples masked out) when `sample` is given."""
+        if sample is None:
+            return nn.functional.cross_entropy(self.softmax(hidden), targets, reduction="none")
+        sampled, sampled_log_count = sample
+        weight, bias = self.softmax.weight, self.softmax.bias
+        true_logits = (hidden * weight[targets]).sum(-1) + bias[targets] - self._log_expected_count(targets)
+        sampled_logits = hidden @ weight[sampled].T + bias[sampled] - sampled_log_count
+        sampled_logits = sampled_logits.masked_fill(sampled.unsqueeze(0) == targets.unsqueeze(1), float("-inf"))
+        logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1)
+        return -torch.log_softmax(logits, dim=1)[:, 0]
+
+    def _check_labels(self, labels: torch.Tensor | None, backward_labels: torch.Tensor | None, mask: torch.Tensor):
+        expected = (mask.shape[0], mask.shape[1] + 1)
+        for name, value in (("labels", labels), ("backward_labels", backward_labels)):
+            if value is None:
+                raise ValueError(
+                    "ElmoForPreTraining needs both labels (forward targets) and backward_labels, or neither; "
+                    "DataCollatorForElmoPreTraining makes both."
+                )
+            if tuple(value.shape) != expected:
+                raise ValueError(
+                    f"{name} must have shape (batch_size, sequence_length + 1) = {expected}, got {tuple(value.shape)}."
+                )
+            valid = (value == -100) | ((value >= 0) & (value < self.config.word_vocab_size))
+            if not bool(valid.all()):
+                raise ValueError(
+                    f"{name} holds word id {int(value[~valid][0])}, outside 0..{self.config.word_vocab_size - 1} "
+                    "(word_vocab_size) and not -100; the vocabulary does not match this model's softmax."
+                )
+        if not bool(((labels == -100) == (backward_labels == -100)).all()):
+            raise ValueError("labels and backward_labels must mark the same positions -100.")
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        backward_labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> ElmoForPreTrainingOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length, max_characters_per_token)`):
+                Character ids of each word, right-padded (padding words all zeros), from [`ElmoTokenizer`].
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 for words, 0 for padding.
+            labels (`torch.LongTensor` of shape `(batch_size, sequence_length + 1)`, *optional*):
+                Forward targets: the vocabulary ids of words `1..n` then `</S>` for a sentence of `n` words, -100
+                beyond.
+            backward_labels (`torch.LongTensor` of shape `(batch_size, sequence_length + 1)`, *optional*):
+                Backward targets: `<S>` then words `1..n`, -100 beyond (the same positions as `labels`).
+            output_hidden_states (`bool`, *optional*):
+                Return the biLM's layers, boundaries included.
+            num_items_in_batch (`int`, *optional*):
+                Predictions per direction over all batches of an optimizer step (Trainer passes it), so the loss is
+                their mean however the step is split into batches or processes.
+        """
+        if input_ids is None:
+            raise ValueError("ElmoForPreTraining needs input_ids of shape (batch_size, sequence_length, characters).")
+        self.elmo._check_inputs(input_ids, attention_mask)
+        mask = word_mask(input_ids, attention_mask)
+        lengths = mask.sum(1, keepdim=True)
+        if not bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths)).all()):
+            raise ValueError("ElmoForPreTraining needs right-padded batches: every row's words first, then padding.")
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        layers = self._boundary_layers(input_ids, mask)
+        projection_dim = self.config.projection_dim
+        forward_outputs = self.dropout(layers[-1][:, :-1, :projection_dim])
+        backward_outputs = self.dropout(layers[-1][:, 1:, projection_dim:])
+        hidden_states = tuple(layers) if output_hidden_states else None
+        if labels is None and backward_labels is None:
+            return ElmoForPreTrainingOutput(
+                forward_logits=self.softmax(forward_outputs),
+                backward_logits=self.softmax(backward_outputs),
+                hidden_states=hidden_states,
+            )
+        self._check_labels(labels, backward_labels, mask)
+        predicted = labels != -100
+        sample = None
+        if self.training and self.config.softmax_type == "sampled":
+            sample = self._log_uniform_sample(input_ids.device)
+        forward_nll = self._negative_log_likelihoods(forward_outputs[predicted], labels[predicted], sample)
+        backward_nll = self._negative_log_likelihoods(backward_outputs[predicted], backward_labels[predicted], sample)
+        num_predictions = predicted.sum()
+        count = num_predictions.clamp(min=1)
+        forward_loss, backward_loss = forward_nll.sum() / count, backward_nll.sum() / count
+        num_items_in_batch = kwargs.get("num_items_in_batch")
+        if num_items_in_batch is None:
+            loss = (forward_loss + backward_loss) / 2
+        else:
+            loss = (forward_nll.sum() + backward_nll.sum()) / (2 * num_items_in_batch)
+        return ElmoForPreTrainingOutput(
+            loss=loss,
+            forward_loss=forward_loss.detach(),
+            backward_loss=backward_loss.detach(),
+            forward_perplexity=forward_loss.detach().exp(),
+            backward_perplexity=backward_loss.detach().exp(),
+            num_predictions=num_predictions,
+            hidden_states=hidden_states,
+        )
+
+
 __all__ = [
     "ElmoBiLm",
     "ElmoCharacterEncoder",
+    "ElmoForPreTraining",
+    "ElmoForPreTrainingOutput",
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
     "ElmoModel",

@@ -309,12 +309,12 @@ def test_dictionary_ids_and_entries(tokenizer):
     ("fields", "message"),
     [
         ({"char_vocab_size": 100}, "at least 262"),  # byte ids need the full byte range
-        ({"word_vocab_size": 10}, "both be 0"),
-        ({"word_vocab_size": 10, "word_embedding_dim": 4}, "needs boundary_input_ids"),
+        ({"word_embedding_vocab_size": 10}, "both be 0"),
+        ({"word_embedding_vocab_size": 10, "word_embedding_dim": 4}, "needs boundary_input_ids"),
         ({"char_vocab_size": 20, "boundary_input_ids": [[1] * 50]}, "2 rows"),
         ({"char_vocab_size": 20, "boundary_input_ids": [[1] * 50, [20] * 50]}, "outside"),
         (
-            {"char_vocab_size": 20, "word_vocab_size": 5, "word_embedding_dim": 4,
+            {"char_vocab_size": 20, "word_embedding_vocab_size": 5, "word_embedding_dim": 4,
              "boundary_input_ids": [[1] * 50 + [1], [2] * 50 + [5]]},
             "outside",
         ),

@@ -131,7 +131,7 @@ def convert_config(architecture: dict, num_chars: int, num_words: int) -> dict:
         fields = {
             "char_vocab_size": num_chars + 1,
             "max_characters_per_token": embedder["max_characters_per_token"],
-            "word_vocab_size": num_words + 1 if embedder["word_dim"] > 0 else 0,
+            "word_embedding_vocab_size": num_words + 1 if embedder["word_dim"] > 0 else 0,
             "word_embedding_dim": max(embedder["word_dim"], 0),
             "char_embedding_dim": embedder["char_dim"],
             "filters": [list(bank) for bank in embedder["filters"]],
@@ -157,7 +157,8 @@ def expected_shapes(fields: dict) -> dict[str, dict[str, tuple[int, ...]]]:
     filters, projection, cells = sum(num for _, num in fields["filters"]), fields["projection_dim"], fields["lstm_dim"]
     token = {"char_emb_layer.embedding.weight": (fields["char_vocab_size"] - 1, fields["char_embedding_dim"])}
     if fields["word_embedding_dim"]:
-        token["word_emb_layer.embedding.weight"] = (fields["word_vocab_size"] - 1, fields["word_embedding_dim"])
+        words = (fields["word_embedding_vocab_size"] - 1, fields["word_embedding_dim"])
+        token["word_emb_layer.embedding.weight"] = words
     for index, (width, num) in enumerate(fields["filters"]):
         token[f"convolutions.{index}.weight"] = (num, fields["char_embedding_dim"], width)
         token[f"convolutions.{index}.bias"] = (num,)
@@ -379,7 +380,7 @@ def validate(
 def model_card(config: ElmoConfig, language: str, source: str, repo_id: str) -> str:
     """README.md of a converted folder: language, source, and that the models' licence is not stated."""
     words = (
-        f"a {config.word_embedding_dim}-wide word embedding ({config.word_vocab_size - 1} words) and "
+        f"a {config.word_embedding_dim}-wide word embedding ({config.word_embedding_vocab_size - 1} words) and "
         if config.word_embedding_dim
         else ""
     )
@@ -443,7 +444,7 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, language: s
     fields = convert_config(architecture, len(chars), len(words or {}))
     arrays = read_weights(model_dir, fields)
     for name, lexicon, rows in (("char.dic", chars, fields["char_vocab_size"] - 1),
-                                ("word.dic", words or {}, fields["word_vocab_size"] - 1)):
+                                ("word.dic", words or {}, fields["word_embedding_vocab_size"] - 1)):
         if lexicon and max(lexicon.values()) >= rows:
             raise ConversionError(f"{name} has ids up to {max(lexicon.values())}, beyond the {rows} embedding rows.")
     with staged_folder(output, overwrite, report) as staging:
@@ -485,7 +486,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf convert-manylangs`: 0 on success, 2 for a folder or --output that cannot be used, 1 if writing failed."""
+    """`elmo-hf convert-manylangs`: 0 on success, 2 for a folder or --output that cannot be used, 1 if writing
+    failed."""
     folder = run_conversion(lambda: convert(args.model, args.output, args.language, overwrite=args.overwrite,
                                             repo_id=args.repo_id, report=print), args.output)
     if isinstance(folder, int):

@@ -1,0 +1,191 @@
+# Copyright 2026 The elmo-hf Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Export an elmo-hf folder back to the original format: `options.json` + `weights.hdf5` (bilm-tf / AllenNLP).
+
+    elmo-hf export --model elmo-ptb --output elmo-ptb-original
+
+The biLM of any folder (base model, task head, pretraining model) is written in exactly the layout the converter
+reads: the same dataset names, shapes and float32 dtype, TensorFlow's gate order, the forget bias taken out again,
+no padding row. A pretraining folder also gets its softmax (`softmax.hdf5`: `softmax/W` `(n_tokens_vocab,
+projection_dim)` and `softmax/b`, as bilm-tf names the variables) and its `vocab.txt`, and `n_tokens_vocab` in the
+options. Task-head weights have no place in the format and are left out (the command says so). Configurations the
+format cannot express are refused; every array is checked to convert back to the model's own before anything is
+written, and the folder appears only when complete.
+"""
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from elmo_hf import ElmoConfig
+from elmo_hf.cli import run_subcommand
+from elmo_hf.conversion.checkpoint import ConversionError, N_CHARACTERS, to_original, to_state_dict
+from elmo_hf.conversion.convert import check_output, staged_folder
+from elmo_hf.data_elmo import VOCABULARY_FILE
+
+OPTIONS_FILE = "options.json"
+WEIGHTS_FILE = "weights.hdf5"
+SOFTMAX_FILE = "softmax.hdf5"
+# What the original's character mapping fixes (AllenNLP hard-codes 50 characters per word).
+ORIGINAL_CHAR_VOCAB_SIZE = N_CHARACTERS[-1]
+ORIGINAL_MAX_CHARACTERS = 50
+BILM_PREFIX = "elmo."
+
+
+class ExportError(ConversionError):
+    """The folder cannot be written in the original format; the message says why."""
+
+
+def check_exportable(config: ElmoConfig) -> None:
+    """Raises for configurations the original format cannot express."""
+    if config.char_vocab_size != ORIGINAL_CHAR_VOCAB_SIZE:
+        raise ExportError(
+            f"char_vocab_size is {config.char_vocab_size}; the original format holds exactly "
+            f"{ORIGINAL_CHAR_VOCAB_SIZE} character ids."
+        )
+    if config.max_characters_per_token != ORIGINAL_MAX_CHARACTERS:
+        raise ExportError(
+            f"max_characters_per_token is {config.max_characters_per_token}; AllenNLP reads exactly "
+            f"{ORIGINAL_MAX_CHARACTERS} characters per word, so the original format cannot carry this model."
+        )
+
+
+def original_arrays(state_dict: dict[str, torch.Tensor], config: ElmoConfig) -> dict[str, np.ndarray]:
+    """Our biLM state dict (no prefix) -> every original dataset, float32, checked to convert back to ours (exactly,
+    up to the float32 rounding of the forget bias, which the conversion adds)."""
+    ours = {name: tensor.float().numpy() for name, tensor in state_dict.items()}
+    arrays = {name: array.astype(np.float32) for name, array in to_original(ours, config).items()}
+    for name, back in to_state_dict(arrays, config).items():
+        if not np.allclose(back, ours[name], rtol=0, atol=1e-6):
+            raise ExportError(
+                f"{name} has no exact counterpart in the original datasets (for example a non-zero padding row of "
+                "the character embeddings); the original format cannot hold this model."
+            )
+    return arrays
+
+
+def original_options(config: ElmoConfig) -> dict:
+    """The `options.json` of `config`; an absent clip means no clip, as bilm-tf reads it."""
+    lstm = {
+        "use_skip_connections": config.use_skip_connections,
+        "projection_dim": config.projection_dim,
+        "dim": config.lstm_dim,
+        "n_layers": config.num_layers,
+    }
+    if config.cell_clip is not None:
+        lstm["cell_clip"] = config.cell_clip
+    if config.projection_clip is not None:
+        lstm["proj_clip"] = config.projection_clip
+    options = {
+        "lstm": lstm,
+        "char_cnn": {
+            "activation": config.activation,
+            "filters": [list(bank) for bank in config.filters],
+            "n_highway": config.num_highway_layers,
+            "embedding": {"dim": config.char_embedding_dim},
+            "n_characters": ORIGINAL_CHAR_VOCAB_SIZE,
+            "max_characters_per_token": config.max_characters_per_token,
+        },
+    }
+    if config.word_vocab_size is not None:
+        options["n_tokens_vocab"] = config.word_vocab_size
+    return options
+
+
+def _write_hdf5(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    import h5py
+
+    with h5py.File(path, "w") as file:
+        for name, array in arrays.items():
+            file.create_dataset(name, data=array)
+
+
+def read_folder(model_folder: Path) -> tuple[ElmoConfig, dict[str, torch.Tensor]]:
+    """The folder's config and all its weights."""
+    from safetensors.torch import load_file
+
+    if not (model_folder / "config.json").is_file():
+        raise ExportError(f"--model {model_folder} has no config.json; give an elmo-hf model folder.")
+    weights = sorted(model_folder.glob("*.safetensors"))
+    if not weights:
+        raise ExportError(f"--model {model_folder} has no .safetensors weights.")
+    state_dict = {}
+    for path in weights:
+        state_dict.update(load_file(path))
+    return ElmoConfig.from_pretrained(model_folder), state_dict
+
+
+def export(model_folder: str | Path, output: str | Path, overwrite: bool = False) -> list[str]:
+    """Writes the original-format files of `model_folder` into `output`; returns the weights left out."""
+    model_folder = Path(model_folder)
+    config, state_dict = read_folder(model_folder)
+    check_exportable(config)
+    if any(name.startswith(BILM_PREFIX) for name in state_dict):  # a head: the biLM is its `elmo` submodule
+        bilm = {name.removeprefix(BILM_PREFIX): tensor for name, tensor in state_dict.items()
+                if name.startswith(BILM_PREFIX)}
+        others = [name for name in state_dict if not name.startswith(BILM_PREFIX)]
+    else:
+        bilm, others = state_dict, []
+    arrays = original_arrays(bilm, config)
+    softmax = {}
+    if "softmax.weight" in others:
+        if not (model_folder / VOCABULARY_FILE).is_file():
+            raise ExportError(f"{model_folder} has a softmax but no {VOCABULARY_FILE}; its rows cannot be named.")
+        softmax = {f"softmax/{short}": state_dict[f"softmax.{name}"].float().numpy()
+                   for short, name in (("W", "weight"), ("b", "bias"))}
+        others = [name for name in others if not name.startswith("softmax.")]
+
+    def write(folder: Path):
+        (folder / OPTIONS_FILE).write_text(json.dumps(original_options(config), indent=1), encoding="utf-8")
+        _write_hdf5(folder / WEIGHTS_FILE, arrays)
+        if softmax:
+            _write_hdf5(folder / SOFTMAX_FILE, softmax)
+            shutil.copy(model_folder / VOCABULARY_FILE, folder / VOCABULARY_FILE)
+
+    with staged_folder(check_output(output, [model_folder]), overwrite, print) as staging:
+        write(staging)
+    return others
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `elmo-hf export` options."""
+    parser.add_argument("--model", required=True, help="an elmo-hf model folder (base model or any head)")
+    parser.add_argument("--output", required=True, help="folder to write options.json and weights.hdf5 into")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """`elmo-hf export`: 0 on success, 2 when the folder cannot be exported."""
+    try:
+        left_out = export(args.model, args.output, overwrite=args.overwrite)
+    except ConversionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if left_out:
+        print(f"left out (the original format has no place for them): {', '.join(left_out)}")
+    print(f"exported {args.model} -> {args.output}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_subcommand("export", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

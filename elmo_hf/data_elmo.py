@@ -1,0 +1,238 @@
+# Copyright 2026 The elmo-hf Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Pretraining data for [`ElmoForPreTraining`]: the softmax's word vocabulary, text corpora, and the collator.
+
+Text is one sentence per line, words separated by whitespace (as the original's training data). Inputs stay
+characters; only the softmax targets need the word vocabulary.
+"""
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch.utils.data import IterableDataset
+
+from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
+
+UNKNOWN_WORD = "<UNK>"
+# The first lines of every vocabulary file, in the original's order: ids 0, 1, 2.
+SPECIAL_WORDS = (END_SENTENCE_TOKEN, BEGIN_SENTENCE_TOKEN, UNKNOWN_WORD)
+VOCABULARY_FILE = "vocab.txt"
+DECODING_ERRORS = ("strict", "replace")
+
+
+class CorpusError(ValueError):
+    """A corpus or vocabulary cannot be used; the message names the file (and line) and what to do."""
+
+
+def read_sentences(path: str | os.PathLike, errors: str = "strict") -> Iterator[list[str]]:
+    """Streams the non-empty lines of a UTF-8 text file as lists of words (whitespace-split), one line in memory.
+
+    `errors="strict"` raises a `CorpusError` naming the file and line of the first byte sequence that is not UTF-8;
+    `"replace"` decodes it as U+FFFD instead.
+    """
+    if errors not in DECODING_ERRORS:
+        raise ValueError(f"errors must be one of {DECODING_ERRORS}, got {errors!r}.")
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"corpus file not found: {path}")
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            try:
+                line = raw.decode("utf-8", errors=errors)
+            except UnicodeDecodeError as error:
+                raise CorpusError(
+                    f"{path}, line {number}: bytes {raw[error.start : error.end]!r} at byte {error.start} are not "
+                    "UTF-8; convert the file to UTF-8 or pass --errors replace to read them as U+FFFD."
+                ) from None
+            words = line.split()
+            if words:
+                yield words
+
+
+def check_corpus(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """The corpus files as paths; raises a `CorpusError` for none given, a missing file or an empty one."""
+    paths = [Path(path) for path in paths]
+    if not paths:
+        raise CorpusError("no corpus files given.")
+    for path in paths:
+        if not path.is_file():
+            raise CorpusError(f"corpus file not found: {path}")
+        if path.stat().st_size == 0:
+            raise CorpusError(f"corpus file {path} is empty; give text files with one sentence per line.")
+    return paths
+
+
+def split_long(words: list[str], max_words: int) -> Iterator[list[str]]:
+    """A sentence longer than `max_words` as consecutive pieces of at most `max_words` words (nothing is dropped)."""
+    for start in range(0, len(words), max_words):
+        yield words[start : start + max_words]
+
+
+class ElmoWordVocabulary:
+    """The pretraining softmax's words: `</S>`, `<S>`, `<UNK>` (ids 0, 1, 2), then corpus words by falling count.
+
+    The order by frequency is what the sampled softmax's log-uniform sampler assumes. Saved as `vocab.txt`, one word
+    per line, the original's vocabulary file format.
+    """
+
+    def __init__(self, words: list[str]):
+        if tuple(words[: len(SPECIAL_WORDS)]) != SPECIAL_WORDS:
+            raise CorpusError(f"a vocabulary must start with {', '.join(SPECIAL_WORDS)}; got {words[:3]}.")
+        if len(set(words)) != len(words):
+            duplicate = next(word for word, count in Counter(words).items() if count > 1)
+            raise CorpusError(f"the vocabulary lists {duplicate!r} twice.")
+        self.words = list(words)
+        self.ids = {word: index for index, word in enumerate(self.words)}
+        self.eos_id, self.bos_id, self.unk_id = range(len(SPECIAL_WORDS))
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ElmoWordVocabulary) and self.words == other.words
+
+    def word_id(self, word: str) -> int:
+        return self.ids.get(word, self.unk_id)
+
+    @classmethod
+    def build(
+        cls,
+        paths: Iterable[str | os.PathLike],
+        max_size: int | None = None,
+        min_count: int = 1,
+        errors: str = "strict",
+    ) -> "ElmoWordVocabulary":
+        """Counts the words of the corpus files (streamed) and keeps those seen `min_count` times or more, at most
+        `max_size` words in all (special words included); ties in count are broken alphabetically."""
+        counts = Counter()
+        for path in check_corpus(paths):
+            for words in read_sentences(path, errors):
+                counts.update(words)
+        if not counts:
+            raise CorpusError("the corpus files hold no words (only empty lines).")
+        kept = sorted((word for word, count in counts.items() if count >= min_count and word not in SPECIAL_WORDS),
+                      key=lambda word: (-counts[word], word))
+        if max_size is not None:
+            if max_size <= len(SPECIAL_WORDS):
+                raise CorpusError(f"vocabulary size {max_size} leaves no room for words beside {SPECIAL_WORDS}.")
+            kept = kept[: max_size - len(SPECIAL_WORDS)]
+        return cls([*SPECIAL_WORDS, *kept])
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        path = Path(folder) / VOCABULARY_FILE
+        path.write_text("".join(f"{word}\n" for word in self.words), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ElmoWordVocabulary":
+        """Reads `vocab.txt` (or the one inside a folder)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / VOCABULARY_FILE
+        if not path.is_file():
+            raise CorpusError(f"vocabulary file not found: {path}")
+        return cls(path.read_text(encoding="utf-8").split("\n")[:-1])
+
+
+class ElmoTextDataset(IterableDataset):
+    """Sentences streamed from text files, never all in memory, as `{"words": [...]}`; for corpora larger than
+    memory. Iterates the files in order; each pass reads them again."""
+
+    def __init__(self, paths: Iterable[str | os.PathLike], errors: str = "strict"):
+        self.paths = check_corpus(paths)
+        self.errors = errors
+
+    def __iter__(self) -> Iterator[dict[str, list[str]]]:
+        for path in self.paths:
+            for words in read_sentences(path, self.errors):
+                yield {"words": words}
+
+
+def load_sentences(paths: Iterable[str | os.PathLike], errors: str = "strict") -> list[dict[str, list[str]]]:
+    """All sentences of the text files in memory as `{"words": [...]}` (a map-style dataset Trainer shuffles)."""
+    sentences = [{"words": words} for path in check_corpus(paths) for words in read_sentences(path, errors)]
+    if not sentences:
+        raise CorpusError("the corpus files hold no sentences (only empty lines).")
+    return sentences
+
+
+@lru_cache(maxsize=1 << 18)
+def _char_ids(word: str, max_characters_per_token: int) -> tuple[int, ...]:
+    return tuple(word_to_char_ids(word, max_characters_per_token))
+
+
+class DataCollatorForElmoPreTraining:
+    """Sentences -> the inputs of [`ElmoForPreTraining`]: character ids and both directions' targets.
+
+    A feature is `{"words": [...]}` or `{"text": "..."}` (whitespace-split; the column of a `datasets` text
+    dataset). Sentences longer than `max_words` become several rows; empty ones are skipped. For a sentence of `n`
+    words the forward targets are words `1..n` then `</S>`, the backward targets `<S>` then words `1..n`, both -100
+    beyond.
+
+    Returns `input_ids` `(batch_size, sequence_length, max_characters_per_token)`, `attention_mask` `(batch_size,
+    sequence_length)`, `labels` and `backward_labels` `(batch_size, sequence_length + 1)`.
+    """
+
+    def __init__(self, vocabulary: ElmoWordVocabulary, max_characters_per_token: int = 50, max_words: int = 100):
+        if max_words < 1:
+            raise ValueError(f"max_words must be positive, got {max_words}.")
+        self.vocabulary = vocabulary
+        self.max_characters_per_token = max_characters_per_token
+        self.max_words = max_words
+
+    def sentences(self, features: list[dict]) -> list[list[str]]:
+        """The batch's rows: every feature's words, split into pieces of at most `max_words`."""
+        rows = []
+        for feature in features:
+            words = feature["words"] if "words" in feature else feature["text"].split()
+            rows.extend(split_long(list(words), self.max_words))
+        return rows
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        rows = self.sentences(features)
+        if not rows:
+            raise CorpusError("a batch holds only empty sentences; drop empty lines from the dataset.")
+        length = max(map(len, rows))
+        chars = self.max_characters_per_token
+        input_ids = torch.zeros(len(rows), length, chars, dtype=torch.long)
+        attention_mask = torch.zeros(len(rows), length, dtype=torch.long)
+        labels = torch.full((len(rows), length + 1), -100, dtype=torch.long)
+        backward_labels = torch.full((len(rows), length + 1), -100, dtype=torch.long)
+        vocabulary = self.vocabulary
+        for row, words in enumerate(rows):
+            input_ids[row, : len(words)] = torch.tensor([_char_ids(word, chars) for word in words])
+            attention_mask[row, : len(words)] = 1
+            ids = [vocabulary.word_id(word) for word in words]
+            labels[row, : len(words) + 1] = torch.tensor([*ids, vocabulary.eos_id])
+            backward_labels[row, : len(words) + 1] = torch.tensor([vocabulary.bos_id, *ids])
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": labels,
+            "backward_labels": backward_labels,
+        }
+
+
+__all__ = [
+    "CorpusError",
+    "DataCollatorForElmoPreTraining",
+    "ElmoTextDataset",
+    "ElmoWordVocabulary",
+    "load_sentences",
+    "read_sentences",
+]

@@ -1,0 +1,24 @@
+"""Runs `elmo-hf pretrain` with the given options and saves this process's final weights (for the torchrun test).
+
+    python tests/pretrain_probe.py WEIGHTS_DIR [pretrain options]   ->   WEIGHTS_DIR/rank{RANK}.pt
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from elmo_hf import pretraining  # noqa: E402
+
+parser = argparse.ArgumentParser()
+pretraining.add_arguments(parser)
+args = parser.parse_args(sys.argv[2:])
+args.architecture_given, args.architecture = args.architecture is not None, args.architecture or "ptb"
+trainer, _ = pretraining.pretrain(args)
+state = trainer.accelerator.unwrap_model(trainer.model).state_dict()
+torch.save({name: tensor.detach().clone() for name, tensor in state.items()},
+           Path(sys.argv[1]) / f"rank{os.environ.get('RANK', 'single')}.pt")

@@ -1,0 +1,264 @@
+"""ElmoForPreTraining, its data and `elmo-hf pretrain`: targets, loss, perplexity, Trainer, torchrun, resume, errors."""
+
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from elmo_hf import ElmoForPreTraining, ElmoModel
+from elmo_hf.cli import run_subcommand
+from elmo_hf.data_elmo import (
+    CorpusError,
+    DataCollatorForElmoPreTraining,
+    ElmoTextDataset,
+    ElmoWordVocabulary,
+    load_sentences,
+    read_sentences,
+)
+from elmo_hf.pretraining import corpus_perplexity
+from transformers import AutoModelForPreTraining
+
+ROOT = Path(__file__).resolve().parents[1]
+PTB = ROOT.parent / "shared" / "data" / "ptb"
+TINY_FLAGS = ["--lstm-dim", "16", "--projection-dim", "8", "--filters", "1:4,2:8", "--num-highway-layers", "1"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny products: one thread avoids the OpenMP spin-waiting that dominates them on a busy 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def ptb_slice(tmp_path_factory) -> dict[str, Path]:
+    """The first 300 training and 60 validation sentences of Penn Treebank."""
+    folder = tmp_path_factory.mktemp("ptb")
+    files = {}
+    for split, lines in (("train", 300), ("valid", 60)):
+        text = (PTB / f"ptb.{split}.txt").read_text(encoding="utf-8").splitlines(keepends=True)[:lines]
+        files[split] = folder / f"{split}.txt"
+        files[split].write_text("".join(text), encoding="utf-8")
+    return files
+
+
+def vocabulary_of(*words: str) -> ElmoWordVocabulary:
+    return ElmoWordVocabulary(["</S>", "<S>", "<UNK>", *words])
+
+
+def tiny_pretraining_model(vocabulary_size: int, **overrides) -> ElmoForPreTraining:
+    torch.manual_seed(0)
+    overrides.setdefault("initializer_range", 0.5)  # outputs far from zero, so that changes show
+    return ElmoForPreTraining(tiny_config(word_vocab_size=vocabulary_size, **overrides))
+
+
+def pretrain(*argv: str) -> int:
+    return run_subcommand("pretrain", [*map(str, argv), "--no-progress"])
+
+
+def test_targets_of_a_three_word_sentence_position_by_position():
+    vocabulary = vocabulary_of("the", "cat", "sat")
+    batch = DataCollatorForElmoPreTraining(vocabulary)([{"words": ["the", "cat", "sat"]}, {"words": ["dog"]}])
+    eos, bos, unk, the, cat, sat = range(6)
+    # forward: <S> -> the, the -> cat, cat -> sat, sat -> </S>; backward: the -> <S>, cat -> the, sat -> cat, </S> -> sat
+    assert batch["labels"].tolist() == [[the, cat, sat, eos], [unk, eos, -100, -100]]
+    assert batch["backward_labels"].tolist() == [[bos, the, cat, sat], [bos, unk, -100, -100]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["input_ids"].shape == (2, 3, 50) and not batch["input_ids"][1, 1:].any()
+
+
+def test_forward_position_sees_only_the_past_and_backward_only_the_future():
+    """Forward position t reads <S> and words 1..t; backward position t reads words t+1..n and </S>."""
+    vocabulary = vocabulary_of("a", "b", "c", "d")
+    collator = DataCollatorForElmoPreTraining(vocabulary)
+    model = tiny_pretraining_model(len(vocabulary)).eval()
+    first = model(**{k: v for k, v in collator([{"words": ["a", "b", "c"]}]).items() if "labels" not in k})
+    second = model(**{k: v for k, v in collator([{"words": ["a", "d", "c"]}]).items() if "labels" not in k})
+    # word 2 changed: forward positions 0, 1 (<S>, a) and backward positions 2, 3 (c, </S>) are unchanged
+    torch.testing.assert_close(first.forward_logits[:, :2], second.forward_logits[:, :2], rtol=0, atol=0)
+    torch.testing.assert_close(first.backward_logits[:, 2:], second.backward_logits[:, 2:], rtol=0, atol=0)
+    assert not torch.allclose(first.forward_logits[:, 2:], second.forward_logits[:, 2:])
+    assert not torch.allclose(first.backward_logits[:, :2], second.backward_logits[:, :2])
+
+
+def test_loss_and_perplexity_equal_the_mean_token_nll_computed_independently():
+    vocabulary = vocabulary_of("a", "b", "c", "d", "e")
+    collator = DataCollatorForElmoPreTraining(vocabulary)
+    sentences = [{"words": ["a", "b", "c", "zzz"]}, {"words": ["e"]}, {"words": ["d", "d"]}]
+    batch = collator(sentences)
+    model = tiny_pretraining_model(len(vocabulary)).eval()
+    with torch.no_grad():
+        output = model(**batch)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    nll = {}
+    for direction, targets in (("forward", batch["labels"]), ("backward", batch["backward_labels"])):
+        log_probabilities = getattr(logits, f"{direction}_logits").double().log_softmax(-1)
+        terms = [-log_probabilities[row, position, target] for (row, position), target in
+                 zip((targets != -100).nonzero().tolist(), targets[targets != -100].tolist())]
+        assert len(terms) == 5 + 2 + 3  # n + 1 predictions per sentence and direction
+        nll[direction] = float(sum(terms) / len(terms))
+    assert output.num_predictions == 10
+    assert math.isclose(output.forward_loss, nll["forward"], rel_tol=1e-5)
+    assert math.isclose(output.backward_loss, nll["backward"], rel_tol=1e-5)
+    assert math.isclose(output.forward_perplexity, math.exp(nll["forward"]), rel_tol=1e-5)
+    assert math.isclose(output.loss, (nll["forward"] + nll["backward"]) / 2, rel_tol=1e-5)
+    # the corpus perplexity weights batches by their predictions: two batches give the one-batch result
+    batches = [collator(sentences[:1]), collator(sentences[1:])]
+    result = corpus_perplexity(model, batches)
+    assert math.isclose(result["forward_perplexity"], math.exp(nll["forward"]), rel_tol=1e-5)
+    assert math.isclose(result["backward_perplexity"], math.exp(nll["backward"]), rel_tol=1e-5)
+    assert result["predictions"] == 10
+
+
+def test_sampled_softmax_trains_and_evaluation_stays_fully_normalised():
+    vocabulary = vocabulary_of(*"abcdefghij")
+    batch = DataCollatorForElmoPreTraining(vocabulary)([{"words": list("abcab")}, {"words": list("jih")}])
+    model = tiny_pretraining_model(len(vocabulary), softmax_type="sampled", softmax_num_samples=4)
+    torch.manual_seed(1)
+    sampled = model.train()(**batch)
+    sampled.loss.backward()
+    assert model.softmax.weight.grad.abs().sum() > 0 and model.elmo.token_encoder.projection.weight.grad is not None
+    full = tiny_pretraining_model(len(vocabulary))
+    full.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(**batch).loss, full.eval()(**batch).loss)
+    assert not math.isclose(sampled.loss.item(), full(**batch).loss.item(), rel_tol=1e-3)
+
+
+def test_vocabulary_counts_cutoffs_and_round_trip(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("b a b\n\n  c b a\nd\n", encoding="utf-8")
+    vocabulary = ElmoWordVocabulary.build([corpus])
+    assert vocabulary.words == ["</S>", "<S>", "<UNK>", "b", "a", "c", "d"]
+    assert ElmoWordVocabulary.build([corpus], min_count=2).words == ["</S>", "<S>", "<UNK>", "b", "a"]
+    assert ElmoWordVocabulary.build([corpus], max_size=4).words == ["</S>", "<S>", "<UNK>", "b"]
+    vocabulary.save(tmp_path)
+    assert ElmoWordVocabulary.load(tmp_path) == vocabulary and vocabulary.word_id("zzz") == vocabulary.unk_id
+    assert [row["words"] for row in ElmoTextDataset([corpus])] == [["b", "a", "b"], ["c", "b", "a"], ["d"]]
+    assert list(ElmoTextDataset([corpus])) == load_sentences([corpus])
+
+
+def test_long_lines_are_split_not_dropped_and_datasets_text_rows_work():
+    datasets = pytest.importorskip("datasets")
+    collator = DataCollatorForElmoPreTraining(vocabulary_of("w"), max_words=4)
+    table = datasets.Dataset.from_dict({"text": ["w " * 10, "w w"]})
+    batch = collator(list(table))
+    assert batch["attention_mask"].sum(1).tolist() == [4, 4, 2, 2]
+
+
+def test_non_utf8_names_file_and_line_or_is_replaced(tmp_path):
+    corpus = tmp_path / "latin1.txt"
+    corpus.write_bytes("fine line\nna\xefve caf\xe9\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match=r"latin1.txt, line 2: .* not UTF-8.*--errors replace"):
+        list(read_sentences(corpus))
+    assert list(read_sentences(corpus, errors="replace"))[1] == ["na\ufffdve", "caf\ufffd"]
+
+
+def test_pretrain_lowers_the_loss_on_real_text_and_saves_a_loadable_folder(ptb_slice, tmp_path):
+    output = tmp_path / "out"
+    assert pretrain("--train", ptb_slice["train"], "--validation", ptb_slice["valid"], "--output", output,
+                    *TINY_FLAGS, "--max-steps", "20", "--batch-size", "16", "--learning-rate", "1e-2",
+                    "--eval-steps", "0", "--save-steps", "20", "--logging-steps", "5") == 0
+    log = json.loads((output / "training_log.json").read_text())
+    losses = [entry["loss"] for entry in log if "loss" in entry]
+    held_out = [entry["eval_loss"] for entry in log if "eval_loss" in entry]
+    # the untrained softmax is uniform: its loss is log(vocabulary size)
+    untrained = math.log(len(ElmoWordVocabulary.load(output)))
+    assert losses[0] == pytest.approx(untrained, abs=0.1) and losses[-1] < untrained - 0.5
+    assert held_out[-1] < untrained - 0.3
+    assert (output / "training_curves.png").stat().st_size > 0
+    model = AutoModelForPreTraining.from_pretrained(output)
+    assert isinstance(model, ElmoForPreTraining)
+    assert model.config.word_vocab_size == len(ElmoWordVocabulary.load(output))
+    bilm = ElmoModel.from_pretrained(output)
+    torch.testing.assert_close(bilm.state_dict(), model.elmo.state_dict())
+
+
+def test_resume_continues_the_same_run(ptb_slice, tmp_path):
+    flags = ["--train", ptb_slice["train"], *TINY_FLAGS, "--max-steps", "6", "--save-steps", "3",
+             "--logging-steps", "1", "--batch-size", "8", "--dropout", "0.3"]
+    assert pretrain(*flags, "--output", tmp_path / "whole") == 0
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    shutil.copytree(tmp_path / "whole" / "checkpoint-3", stopped / "checkpoint-3")
+    assert pretrain(*flags, "--output", stopped, "--resume") == 0
+    whole, resumed = (json.loads((tmp_path / name / "training_log.json").read_text()) for name in ("whole", "stopped"))
+    losses = [[entry["loss"] for entry in log if "loss" in entry] for log in (whole, resumed)]
+    # the resumed log holds the checkpoint's first 3 steps and its own last 3
+    assert len(losses[0]) == len(losses[1]) == 6 and losses[1] == pytest.approx(losses[0], rel=1e-5)
+    torch.testing.assert_close(
+        ElmoForPreTraining.from_pretrained(stopped).state_dict(),
+        ElmoForPreTraining.from_pretrained(tmp_path / "whole").state_dict(),
+    )
+    # resuming with another architecture is refused before anything is trained
+    assert pretrain(*flags[:-8], "--lstm-dim", "32", "--max-steps", "6", "--output", stopped, "--resume") == 2
+
+
+def test_domain_adaptation_starts_from_a_converted_biLM(converted, ptb_slice, tmp_path):
+    output = tmp_path / "adapted"
+    assert pretrain("--train", ptb_slice["train"], "--output", output, "--from-pretrained", converted["allennlp"],
+                    "--max-steps", "1", "--learning-rate", "0", "--batch-size", "4") == 0
+    torch.testing.assert_close(
+        ElmoModel.from_pretrained(output).state_dict(), ElmoModel.from_pretrained(converted["allennlp"]).state_dict()
+    )
+    # the adapted folder's vocabulary is reused by the next adaptation; another vocabulary must be asked for
+    other = tmp_path / "vocab.txt"
+    other.write_text("</S>\n<S>\n<UNK>\nonly\n", encoding="utf-8")
+    args = ["--train", ptb_slice["train"], "--from-pretrained", output, "--max-steps", "1", "--batch-size", "4"]
+    assert pretrain(*args, "--output", tmp_path / "again", "--vocab", other) == 2
+    assert pretrain(*args, "--output", tmp_path / "again", "--vocab", other, "--new-softmax") == 0
+    assert ElmoForPreTraining.from_pretrained(tmp_path / "again").softmax.out_features == 4
+
+
+@pytest.mark.parametrize(
+    "problem, message",
+    [
+        ("missing", "corpus file not found"),
+        ("empty", "is empty"),
+        ("binary", "line 1: .* not UTF-8"),
+        ("processes", "fewer than one batch for each of the 64 processes"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_writes_nothing(problem, message, tmp_path, capsys, monkeypatch):
+    corpus = tmp_path / "corpus.txt"
+    if problem == "empty":
+        corpus.touch()
+    elif problem == "binary":
+        corpus.write_bytes(b"\xff\xfe bad\n")
+    elif problem == "processes":
+        corpus.write_text("a b\nc d\n", encoding="utf-8")
+        monkeypatch.setenv("WORLD_SIZE", "64")
+    output = tmp_path / "out"
+    assert pretrain("--train", corpus, "--output", output, *TINY_FLAGS, "--max-steps", "1") == 2
+    assert __import__("re").search(message, capsys.readouterr().err)
+    assert not output.exists()
+
+
+def test_torchrun_two_processes_equal_one_process_with_the_same_global_batch(ptb_slice, tmp_path):
+    flags = ["--train", ptb_slice["train"], *TINY_FLAGS, "--max-steps", "3", "--save-steps", "100",
+             "--dropout", "0", "--no-progress", "--learning-rate", "1e-2"]
+    probe = str(ROOT / "tests" / "pretrain_probe.py")
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with socket.socket() as free:  # a port no other run on this machine is using
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", probe, tmp_path,
+         *flags, "--output", tmp_path / "two", "--batch-size", "4"],
+        check=True, env=environment, capture_output=True, timeout=600,
+    )
+    subprocess.run([sys.executable, probe, tmp_path, *flags, "--output", tmp_path / "one", "--batch-size", "8"],
+                   check=True, env=environment, capture_output=True, timeout=600)
+    rank0, rank1, single = (torch.load(tmp_path / f"rank{name}.pt") for name in ("0", "1", "single"))
+    torch.testing.assert_close(rank0, rank1, rtol=0, atol=0)
+    torch.testing.assert_close(rank0, single, rtol=1e-5, atol=1e-6)
