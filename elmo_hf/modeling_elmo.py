@@ -114,7 +114,11 @@ class ElmoHighway(nn.Module):
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """The context-independent token layer: character embeddings, CNN, highway, linear projection."""
+    """The context-independent token layer: character embeddings, CNN, highway, linear projection.
+
+    With `config.word_embedding_dim` (ELMoForManyLangs), a word embedding is concatenated in front of the highway
+    output and projected with it; the word's id is the last of its `row_width` ids.
+    """
 
     # Words encoded at once: bounds the CNN's intermediate memory ((chunk, num_filters, max_characters_per_token)
     # floats) whatever the number of words.
@@ -124,17 +128,34 @@ class ElmoCharacterEncoder(nn.Module):
         super().__init__()
         self.config = config
         self.char_embeddings = nn.Embedding(config.char_vocab_size, config.char_embedding_dim, padding_idx=0)
+        self.word_embeddings = (
+            nn.Embedding(config.word_embedding_vocab_size, config.word_embedding_dim, padding_idx=0)
+            if config.word_embedding_dim
+            else None
+        )
         self.char_cnn = ElmoCharCnn(config)
         self.highway = ElmoHighway(config)
-        self.projection = nn.Linear(config.num_filters, config.projection_dim)
+        self.projection = nn.Linear(config.word_embedding_dim + config.num_filters, config.projection_dim)
 
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """`(num_words, max_characters_per_token)` character ids -> `(num_words, projection_dim)` token vectors."""
-        if use_cpu_kernels(self, char_ids):
-            return encode_words(self, char_ids)
+    def forward(self, word_ids: torch.Tensor) -> torch.Tensor:
+        """`(num_words, row_width)` ids (characters, then the word id if any) -> `(num_words, projection_dim)`."""
+        if use_cpu_kernels(self, word_ids):
+            return encode_words(self, word_ids)
         # The export path takes all words at once: a number of chunks would depend on the data.
-        chunks = (char_ids,) if use_export_path(self.config) else char_ids.split(self.chunk_size)
-        return torch.cat([self.projection(self.highway(self.char_cnn(self.char_embeddings(chunk)))) for chunk in chunks])
+        chunks = (word_ids,) if use_export_path(self.config) else word_ids.split(self.chunk_size)
+        chars = self.config.max_characters_per_token
+        embedded = []
+        for chunk in chunks:
+            features = self.highway(self.char_cnn(self.char_embeddings(chunk[:, :chars])))
+            embedded.append(self.projection(self.with_word_embeddings(features, chunk)))
+        return torch.cat(embedded)
+
+    def with_word_embeddings(self, features: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
+        """`(num_words, num_filters)` highway output -> the projection's input: the word embedding of each row's last
+        id in front of it when the model has one (`(num_words, word_embedding_dim + num_filters)`), else unchanged."""
+        if self.word_embeddings is None:
+            return features
+        return torch.cat([self.word_embeddings(word_ids[:, self.config.max_characters_per_token]), features], dim=-1)
 
 
 def masked_recurrence(
@@ -491,12 +512,15 @@ class ElmoModel(ElmoPreTrainedModel):
         super().__init__(config)
         self.token_encoder = ElmoCharacterEncoder(config)
         self.bilm = ElmoBiLm(config)
-        # (2, max_characters_per_token): the character ids of <S> and </S>, which the model adds to every sentence.
+        # (2, row_width): the input ids of <S> and </S>, which the model adds to every sentence.
         self.register_buffer("boundary_char_ids", self.boundary_char_ids_of(config), persistent=False)
         self.post_init()
 
     @staticmethod
     def boundary_char_ids_of(config: ElmoConfig) -> torch.Tensor:
+        """The config's boundary rows for a character dictionary, else the fixed UTF-8 byte rows."""
+        if config.boundary_input_ids is not None:
+            return torch.tensor(config.boundary_input_ids)
         chars = config.max_characters_per_token
         return torch.tensor([word_to_char_ids(token, chars) for token in (BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN)])
 
@@ -520,39 +544,47 @@ class ElmoModel(ElmoPreTrainedModel):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
-        if torch.iinfo(input_ids.dtype).max < self.config.char_vocab_size - 1:
+        largest, name = max(
+            (self.config.char_vocab_size - 1, "character ids"),
+            (self.config.word_embedding_vocab_size - 1, "word ids"),
+        )
+        if torch.iinfo(input_ids.dtype).max < largest:
             raise TypeError(
-                f"input_ids has dtype {input_ids.dtype}, which cannot hold character ids up to "
-                f"{self.config.char_vocab_size - 1} (begin/end-of-word are 259/260), so its values have wrapped "
-                "around; keep the torch.long ids ElmoTokenizer returns."
+                f"input_ids has dtype {input_ids.dtype}, which cannot hold {name} up to {largest}, so its values have "
+                "wrapped around; keep the torch.long ids ElmoTokenizer returns."
             )
         if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
             raise TypeError(
                 f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
                 "return_tensors='pt' or pass torch.tensor(attention_mask)."
             )
-        chars = self.config.max_characters_per_token
+        chars, width = self.config.max_characters_per_token, self.config.row_width
         if input_ids.dim() != 3:
             raise ValueError(
-                f"input_ids must have shape (batch_size, sequence_length, {chars}): one row of character ids per "
-                f"word, as ElmoTokenizer returns; got shape {tuple(input_ids.shape)}."
+                f"input_ids must have shape (batch_size, sequence_length, {width}): one row of ids per word, as "
+                f"ElmoTokenizer returns; got shape {tuple(input_ids.shape)}."
             )
         if input_ids.shape[0] == 0:
             raise ValueError("input_ids is an empty batch (batch_size 0); pass at least one sentence.")
-        if input_ids.shape[-1] != chars:
+        if input_ids.shape[-1] != width:
+            words = " and the word id" if self.config.word_embedding_dim else ""
             raise ValueError(
-                f"input_ids has {input_ids.shape[-1]} character ids per word, but this model reads "
-                f"max_characters_per_token={chars}; tokenize with ElmoTokenizer(max_characters_per_token={chars})."
+                f"input_ids has {input_ids.shape[-1]} ids per word, but this model reads {width} "
+                f"(max_characters_per_token={chars}{words}); tokenize with the tokenizer saved with the model."
             )
         if not check_values:
             return
-        if input_ids.numel():
-            low, high = int(input_ids.min()), int(input_ids.max())
-            if low < 0 or high >= self.config.char_vocab_size:
-                raise ValueError(
-                    f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
-                    f"{low}..{high}); ELMo ids come from ElmoTokenizer."
-                )
+        for name, ids, size in (
+            ("character", input_ids[..., :chars], self.config.char_vocab_size),
+            ("word", input_ids[..., chars:], self.config.word_embedding_vocab_size),
+        ):
+            if ids.numel():
+                low, high = int(ids.min()), int(ids.max())
+                if low < 0 or high >= size:
+                    raise ValueError(
+                        f"input_ids holds {name} ids outside 0..{size - 1} (found {low}..{high}); ELMo ids come from "
+                        "the tokenizer saved with the model."
+                    )
         if attention_mask is not None:
             if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
                 raise ValueError(
@@ -594,7 +626,8 @@ class ElmoModel(ElmoPreTrainedModel):
         """The token vectors of every sentence wrapped in `<S>`, `</S>`: `(batch_size, sequence_length + 2,
         projection_dim)`, zero beyond each row's `lengths + 2`. Words must come first in each row (`mask`).
 
-        The token layer runs once per distinct word of the batch (and the two boundary tokens), never on padding.
+        The token layer runs once per distinct row of ids (characters, and the word id if any) of the batch and the
+        two boundary tokens, never on padding.
         """
         batch_size, sequence_length = mask.shape
         words = torch.cat([self.boundary_char_ids.to(input_ids), input_ids[mask]])
@@ -696,8 +729,8 @@ class ElmoModel(ElmoPreTrainedModel):
         steps = torch.arange(sequence_length + 2, device=mask.device)
         words = (steps[1:-1] <= lengths.unsqueeze(1)).unsqueeze(-1)  # (batch_size, sequence_length, 1)
 
-        chars = self.config.max_characters_per_token
-        embeddings = self.token_encoder(torch.cat([self.boundary_char_ids.to(input_ids), input_ids.view(-1, chars)]))
+        rows = input_ids.reshape(-1, self.config.row_width)
+        embeddings = self.token_encoder(torch.cat([self.boundary_char_ids.to(input_ids), rows]))
         begin_embedding, end_embedding = embeddings[0], embeddings[1]
         word_embeddings = embeddings[2:].view(batch_size, sequence_length, -1) * words
         # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
