@@ -546,7 +546,10 @@ def mix_for(args: argparse.Namespace, num_layers: int):
             raise EmbedError(
                 f"--mix-weights needs {num_layers} weights (num_layers + 1 of this model), got {len(args.mix_weights)}."
             )
-        return ElmoScalarMix.from_weights(args.mix_weights, gamma=args.gamma)
+        try:
+            return ElmoScalarMix.from_weights(args.mix_weights, gamma=args.gamma)
+        except ValueError as error:
+            raise EmbedError(f"--mix-weights: {error}") from None
     return None
 
 
@@ -689,8 +692,7 @@ def embed(args: argparse.Namespace) -> int:
     rank, world_size, local_rank = distributed_rank()
     output = Path(args.output)
     target = shard_path(output, rank, world_size) if world_size > 1 else output
-    shards = [shard_path(output, r, world_size) for r in range(world_size)] if world_size > 1 else []
-    check_paths(args, shards)  # every rank checks every shard, so that all ranks agree on refusing
+    check_paths(args, [target])
     num_lines = count_lines(Path(args.input), args.errors) if args.input != "-" else None
     if args.device is None:
         device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
