@@ -14,11 +14,15 @@
 """ELMo model configuration."""
 
 import copy
+from typing import TYPE_CHECKING
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .pipeline_elmo import ElmoTokenClassificationPipeline
+if TYPE_CHECKING:
+    # Never run (importing transformers.pipelines takes seconds), but named here so that `save_pretrained`, which
+    # copies the files this one imports, copies pipeline_elmo.py beside it, and remote loading fetches it.
+    from .pipeline_elmo import ElmoTokenClassificationPipeline  # noqa: F401
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
@@ -30,9 +34,8 @@ ELMO_AUTO_MAP = {
     "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
 }
 # The stock token-classification pipeline cannot read one row of character ids per word, so saved folders name ours.
-# Importing it here makes `save_pretrained` copy pipeline_elmo.py beside this file, and remote loading fetch it.
 _ELMO_TOKEN_CLASSIFICATION_PIPELINE = {
-    "impl": f"pipeline_elmo.{ElmoTokenClassificationPipeline.__name__}",
+    "impl": "pipeline_elmo.ElmoTokenClassificationPipeline",
     "pt": ["AutoModelForTokenClassification"],
     "type": "text",
 }

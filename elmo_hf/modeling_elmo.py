@@ -29,6 +29,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils.generic import can_return_tuple
+from transformers.utils import logging
 
 from .configuration_elmo import ElmoConfig
 from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
@@ -473,6 +474,18 @@ class ElmoPreTrainedModel(PreTrainedModel):
         if isinstance(module, ElmoScalarMix):
             module.reset_parameters()
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """Loads as usual, without transformers' per-tensor "Loading weights" bar (a checkpoint has a few dozen
+        tensors; downloads keep their own bar)."""
+        shown = logging.is_progress_bar_enabled()
+        logging.disable_progress_bar()
+        try:
+            return super().from_pretrained(*args, **kwargs)
+        finally:
+            if shown:
+                logging.enable_progress_bar()
+
 
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: per-word contextual vectors from character ids.
@@ -829,6 +842,18 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         loaded = super().from_pretrained(*args, **kwargs)
         (loaded[0] if isinstance(loaded, tuple) else loaded)._set_trainable()
         return loaded
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info):
+        """A head loaded on a biLM checkpoint is expected to lack its task layers: one line says so, instead of
+        transformers' table of missing keys (which still lists anything missing from the biLM)."""
+        super()._adjust_missing_and_unexpected_keys(loading_info)
+        new = {key for key in loading_info.missing_keys if not key.startswith(f"{self.base_model_prefix}.")}
+        if new:
+            layers = sorted({key.rsplit(".", 1)[0] for key in new})
+            logging.get_logger(__name__).warning(
+                f"{type(self).__name__}: new task layers ({', '.join(layers)}) start from random values; train them."
+            )
+            loading_info.missing_keys -= new
 
     def _elmo_features(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, output_hidden_states: bool | None
