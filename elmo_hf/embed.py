@@ -358,9 +358,6 @@ class EmbedRun:
         if self.partial.exists():
             if not (self.partial / RUN_FILE).is_file():
                 raise EmbedError(f"{self.partial} exists but was not made by elmo-hf embed; move it away.")
-            remove_stale = list(self.partial.glob("*.tmp"))
-            for path in remove_stale:
-                path.unlink()
             run_settings = json.loads((self.partial / RUN_FILE).read_text())
             if run_settings != self.settings:
                 raise EmbedError(
@@ -368,10 +365,14 @@ class EmbedRun:
                     "settings and --resume, or use --overwrite to start over."
                 )
             resumed += sorted(self.partial.glob("part-*.hdf5"))
+        existing = scan_existing(resumed, self.settings) if args.resume else ExistingVectors({}, {}, {})
+        if self.partial.exists():
+            for path in self.partial.glob("*.tmp"):  # a part or merge an interruption cut short
+                path.unlink()
         else:
             self.partial.mkdir()
             (self.partial / RUN_FILE).write_text(json.dumps(self.settings))
-        return scan_existing(resumed, self.settings) if args.resume else ExistingVectors({}, {}, {})
+        return existing
 
     def run(self, model, tokenizer, mix, device: torch.device, num_lines: int | None) -> float:
         """Embeds this process's lines into `target`; returns the seconds spent from the first line to the last
@@ -715,7 +716,15 @@ def embed(args: argparse.Namespace) -> int:
         torch.distributed.init_process_group("gloo", timeout=DISTRIBUTED_TIMEOUT)
     try:
         embedding = EmbedRun(args, settings, target, rank, world_size)
-        seconds = embedding.run(model, tokenizer, mix, device, num_lines)
+        try:
+            seconds = embedding.run(model, tokenizer, mix, device, num_lines)
+        except EmbedError as error:
+            partial = embedding.partial
+            if partial.exists() and not any(partial.glob("part-*.hdf5")):
+                shutil.rmtree(partial)  # nothing done worth keeping
+            elif partial.exists():
+                raise EmbedError(f"{error} (The completed parts are kept in {partial} for --resume.)") from None
+            raise
         words, sentences = embedding.words_embedded, embedding.sentences_embedded
         print(
             f"{target}: embedded {sentences:,} sentences, {words:,} words in {seconds:.1f} s "
