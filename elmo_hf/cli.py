@@ -24,8 +24,8 @@ import sys
 # subcommand -> (module implementing it, one-line summary for `elmo-hf --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("elmo_hf.conversion.convert", "convert an original options.json + weights .hdf5 to a Hugging Face folder"),
-    "embed": ("elmo_hf.embed", "ELMo vectors for a text file, one sentence a line, into an allennlp-style HDF5 file"),
-    "merge-shards": ("elmo_hf.merge_shards", "merge the shards of an `elmo-hf embed` run under torchrun into one file"),
+    "embed": ("elmo_hf.embed", "ELMo vectors of a text file, one sentence a line, into an allennlp-style HDF5 file"),
+    "merge-shards": ("elmo_hf.merge_shards", "merge the shards of an `elmo-hf embed` run under torchrun"),
 }
 
 

@@ -175,7 +175,9 @@ class ExistingVectors:
 
 def read_settings(file: h5py.File, path: Path) -> dict:
     if SETTINGS_ATTR not in file.attrs:
-        raise EmbedError(f"{path} was not written by elmo-hf embed (no {SETTINGS_ATTR}); use --overwrite to replace it.")
+        raise EmbedError(
+            f"{path} was not written by elmo-hf embed (no {SETTINGS_ATTR}); use --overwrite to replace it."
+        )
     return json.loads(file.attrs[SETTINGS_ATTR])
 
 
@@ -195,10 +197,12 @@ def scan_existing(paths: list[Path], settings: dict) -> ExistingVectors:
             with h5py.File(path, "r") as file:
                 found = read_settings(file, path)
                 if found != settings:
-                    changed = sorted(name for name in settings if found.get(name) != settings[name])
+                    changed = ", ".join(
+                        f"{name}={found.get(name)!r}" for name in settings if found.get(name) != settings[name]
+                    )
                     raise EmbedError(
-                        f"{path} was written with other settings ({', '.join(f'{n}={found.get(n)!r}' for n in changed)}"
-                        f"); rerun with those settings, or use --overwrite to start over."
+                        f"{path} was written with other settings ({changed}); rerun with those settings, or use "
+                        "--overwrite to start over."
                     )
                 for name, dataset in file.items():
                     if name.isdigit():
@@ -396,7 +400,8 @@ class EmbedRun:
             """This process's lines; those complete from an earlier run and empty ones go straight to the writer."""
             with contextlib.ExitStack() as stack:
                 stream = sys.stdin.buffer if args.input == "-" else stack.enter_context(open(args.input, "rb"))
-                for key, text in read_lines(stream, "standard input" if args.input == "-" else args.input, args.errors):
+                name = "standard input" if args.input == "-" else args.input
+                for key, text in read_lines(stream, name, args.errors):
                     if self.stop.is_set():
                         return
                     if key % self.world_size != self.rank:
@@ -406,8 +411,8 @@ class EmbedRun:
                     if key in existing.files:
                         if existing.sentences.get(key, text) != text:
                             raise EmbedError(
-                                f"line {key + 1} of {args.input} differs from the sentence {existing.files[key]} holds "
-                                "for it: the input changed since that run; use --overwrite to start over."
+                                f"line {key + 1} of {name} differs from the sentence {existing.files[key]} holds for "
+                                "it: the input changed since that run; use --overwrite to start over."
                             )
                         if existing.shapes[key] == expected_shape(self.settings, len(words), num_layers, dim):
                             put(results, ("keep", sentence, existing.files[key]), self.stop)
@@ -496,7 +501,9 @@ class EmbedRun:
         selected = selected.to(OUTPUT_DTYPES[self.args.dtype])
         if not bool(torch.isfinite(selected).all()):
             keys = ", ".join(str(sentence.key + 1) for sentence in batch)
-            hint = " beyond float16's range; use --dtype float32" if self.args.dtype == "float16" else "; check the model"
+            hint = "; check the model"
+            if self.args.dtype == "float16":
+                hint = " beyond float16's range; use --dtype float32"
             raise EmbedError(f"non-finite vectors for a sentence among lines {keys}{hint}.")
         return selected.cpu().numpy()
 
@@ -508,7 +515,9 @@ def merge_shards(output: Path, world_size: int | None = None) -> int:
     if world_size is None:
         if len(counts) != 1:
             found = ", ".join(path.name for path in shards) or "none"
-            raise EmbedError(f"expected the shards of one run, {output.name}.shard-R-of-N for R = 0..N-1; found {found}.")
+            raise EmbedError(
+                f"expected the shards of one run, {output.name}.shard-R-of-N for R = 0..N-1; found {found}."
+            )
         world_size = int(counts.pop())
     expected = [shard_path(output, rank, world_size) for rank in range(world_size)]
     missing = [path.name for path in expected if not path.is_file()]
@@ -545,7 +554,8 @@ def mix_for(args: argparse.Namespace, num_layers: int):
     if args.layers == "mix":
         if len(args.mix_weights) != num_layers:
             raise EmbedError(
-                f"--mix-weights needs {num_layers} weights (num_layers + 1 of this model), got {len(args.mix_weights)}."
+                f"--mix-weights needs {num_layers} weights (num_layers + 1 of this model), got "
+                f"{len(args.mix_weights)}."
             )
         try:
             return ElmoScalarMix.from_weights(args.mix_weights, gamma=args.gamma)
@@ -602,13 +612,14 @@ def load_model(name: str, model_dtype: str, device: torch.device):
         config_dict, _ = PreTrainedConfig.get_config_dict(name)
     except (OSError, ValueError) as error:
         raise EmbedError(
-            f"cannot load a model from {name!r} ({str(error).splitlines()[0]}); give a folder made by `elmo-hf convert` "
-            "or a Hub id of an ELMo model."
+            f"cannot load a model from {name!r} ({str(error).splitlines()[0]}); give a folder made by "
+            "`elmo-hf convert` or a Hub id of an ELMo model."
         ) from None
     if config_dict.get("model_type") != "elmo":
+        model_type = config_dict.get("model_type") or "model without model_type"
         raise EmbedError(
-            f"{name!r} holds a {config_dict.get('model_type') or 'model without model_type'!r} model, not ELMo; give a "
-            "folder made by `elmo-hf convert` or a Hub id of an ELMo model."
+            f"{name!r} holds a {model_type!r} model, not ELMo; give a folder made by `elmo-hf convert` or a Hub id "
+            "of an ELMo model."
         )
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # a head's folder loads into ElmoModel with its head weights unused, as intended
@@ -651,7 +662,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="w0,w1,...: one weight per layer (token layer first), non-negative, summing to 1",
     )
     parser.add_argument("--gamma", type=float, default=1.0, help="scale of --layers mix")
-    parser.add_argument("--dtype", choices=sorted(OUTPUT_DTYPES), default="float32", help="dtype of the stored vectors")
+    parser.add_argument(
+        "--dtype", choices=sorted(OUTPUT_DTYPES), default="float32", help="dtype of the stored vectors"
+    )
     parser.add_argument(
         "--split",
         choices=("whitespace", "default"),
@@ -667,7 +680,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-tokens", type=int, default=None, help="also cap a batch at this many words, padding included"
     )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    parser.add_argument("--model-dtype", choices=sorted(MODEL_DTYPES), default="float32", help="dtype to run the model in")
+    parser.add_argument(
+        "--model-dtype", choices=sorted(MODEL_DTYPES), default="float32", help="dtype to run the model in"
+    )
     parser.add_argument("--resume", action="store_true", help="keep the sentences an earlier run completed")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")
     parser.add_argument(

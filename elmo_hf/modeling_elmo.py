@@ -697,12 +697,12 @@ class ElmoScalarMix(nn.Module):
     ) -> "ElmoScalarMix":
         """A fixed mix applying exactly `weights` (non-negative, summing to 1; zeros drop a layer) and `gamma`."""
         weights = torch.tensor(weights, dtype=torch.float64)
-        if weights.dim() != 1 or not len(weights) or not bool(torch.isfinite(weights).all()) or bool((weights < 0).any()):
+        if weights.dim() != 1 or not len(weights) or not bool((torch.isfinite(weights) & (weights >= 0)).all()):
             raise ValueError(f"weights must be non-negative numbers, one per layer, got {weights.tolist()}.")
         if abs(weights.sum().item() - 1) > 1e-3:
             raise ValueError(
-                f"weights must sum to 1 (they are the normalised weights softmax(s)), got {weights.tolist()} summing to "
-                f"{weights.sum().item():.4g}; for the average of {len(weights)} layers use ElmoScalarMix.average."
+                f"weights must sum to 1 (they are the normalised weights softmax(s)), got {weights.tolist()} summing "
+                f"to {weights.sum().item():.4g}; for the average of {len(weights)} layers use ElmoScalarMix.average."
             )
         mix = cls(len(weights), layer_norm=layer_norm, fixed_weights=weights.log().tolist())
         with torch.no_grad():

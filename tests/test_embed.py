@@ -283,5 +283,6 @@ def test_bad_arguments(model_dir, tmp_path, capsys, options, message):
 )
 def test_bad_mix_weights(model_dir, tmp_path, capsys, weights, message):
     source = write_lines(tmp_path / "in.txt", SENTENCES[:1])
-    assert embed(source, tmp_path / "out.hdf5", "--model", model_dir, "--layers", "mix", f"--mix-weights={weights}") == 1
+    options = ["--layers", "mix", f"--mix-weights={weights}"]
+    assert embed(source, tmp_path / "out.hdf5", "--model", model_dir, *options) == 1
     assert message in capsys.readouterr().err and not (tmp_path / "out.hdf5").exists()

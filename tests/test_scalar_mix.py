@@ -133,7 +133,12 @@ def test_fixed_weights_in_the_constructor_are_pre_softmax_as_documented():
 
 @pytest.mark.parametrize(
     "weights, message",
-    [([0.5, 0.6, -0.1], "non-negative"), ([0.5, 0.5, 0.5], "must sum to 1"), ([], "non-negative"), ([1, float("nan")], "non-negative")],
+    [
+        ([0.5, 0.6, -0.1], "non-negative"),
+        ([0.5, 0.5, 0.5], "must sum to 1"),
+        ([], "non-negative"),
+        ([1, float("nan")], "non-negative"),
+    ],
 )
 def test_from_weights_rejects_what_is_not_a_convex_combination(weights, message):
     with pytest.raises(ValueError, match=message):
