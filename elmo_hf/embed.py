@@ -349,6 +349,7 @@ class EmbedRun:
         self.stop = threading.Event()
         self.words_embedded = 0
         self.sentences_embedded = 0
+        self.writer_error: BaseException | None = None
 
     def prepare(self) -> ExistingVectors:
         """Sets up the `.partial` folder (fresh, or resumed) and scans what earlier runs wrote."""
@@ -392,8 +393,13 @@ class EmbedRun:
         batches: queue.Queue = queue.Queue(QUEUE_BATCHES)
         results: queue.Queue = queue.Queue(QUEUE_BATCHES)
         total = None if num_lines is None else len(range(self.rank, num_lines, self.world_size))
-        progress = tqdm(total=total, unit="sent", desc=f"embed{f' {self.rank}' if self.world_size > 1 else ''}",
-                        disable=args.no_progress, dynamic_ncols=True, smoothing=0.1)
+        progress = tqdm(
+            total=total,
+            unit="sent",
+            desc=f"embed rank {self.rank}" if self.world_size > 1 else "embed",
+            disable=args.no_progress,
+            dynamic_ncols=True,
+        )
         start = time.perf_counter()
 
         def sentences() -> Iterator[Sentence]:
@@ -456,7 +462,6 @@ class EmbedRun:
                 self.writer_error = error
                 self.stop.set()
 
-        self.writer_error: BaseException | None = None
         reader_thread = threading.Thread(target=read, name="elmo-embed-reader", daemon=True)
         writer_thread = threading.Thread(target=write, name="elmo-embed-writer", daemon=True)
         reader_thread.start()

@@ -55,3 +55,17 @@ def test_first_command_ends_and_leaves_the_pasted_lines_for_the_next_command(tmp
     while select.select([terminal_input], [], [], 0.5)[0]:
         unread += os.read(terminal_input, 4096)
     assert unread.decode().replace("\r", "") == pasted
+
+
+def test_use_section_code_runs_as_written(converted, tmp_path, monkeypatch):
+    """The `## Use` section's Python blocks (loading, the scalar mixes), on the converted fixture as `elmo-demo`."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Use", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    assert len(blocks) == 2 and "ElmoScalarMix.top_layer" in blocks[1]
+    (tmp_path / "elmo-demo").symlink_to(converted["allennlp"])
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["features"].shape == namespace["outputs"].last_hidden_state.shape
