@@ -5,12 +5,19 @@
     python benchmarks/bench_inference.py --models original --batch-sizes 64 --dtype bfloat16
     python benchmarks/bench_inference.py --text ../shared/data/mobydick/*.txt   # real text instead of the corpus
     python benchmarks/bench_inference.py --device cuda --batch-sizes 1 64 256
+    python benchmarks/bench_inference.py --models original --batch-sizes 1 --int8   # adds int8-weight rows
 
 Random-weight models of the published architectures are built from `ElmoConfig` (speed does not depend on the
 values). The default corpus is reproducible: sentence lengths drawn from a gamma distribution (mean 25 words, as
 `elmo_reference.md` §6) and words from a Zipf distribution over a synthetic vocabulary, since real text repeats
 words. Sentences are fed in corpus order (not sorted by length); the first two batches are a warm-up; each
 configuration runs `--repeats` times and the median is reported. Tokenization is done beforehand, not timed.
+
+Implementations ("impl" column): `auto` is the model as shipped (the CPU kernels of `elmo_hf/cpu_kernels.py` where
+they apply), `eager` the model's reference modules (`elmo_implementation="eager"`), `int8` the model with its
+`nn.Linear` weights quantised to int8 by torchao (`Int8WeightOnlyConfig`; `--int8`), which runs the reference
+modules with torchao's int8 products. The script prints the CPU model, its cache sizes and, per `auto`
+configuration, the product kernels the CPU kernels chose by timing.
 
 Every configuration runs in its own process (so its peak RSS is its own); the machine's limits are measured (in a
 child process) before and after each configuration, and the median of those two samples is the row's limit:
@@ -27,8 +34,8 @@ Columns:
   step reads, times words / (words + 2 boundaries per sentence); "of stream" is tok/s over it (the batch-1 target).
   "cell BW" and "of cell stream": the same bound with the bandwidth over one cell's weights.
 - RSS: peak resident memory of the configuration's process.
-- diff: max abs difference of all layers against `plain_elmo.py` (a plain step-by-step computation, same dtype) on
-  the first sentences; with `--dtype bfloat16`, "bf16 dev" is the max abs deviation from the float32 model.
+- diff: max abs difference of all layers from the reference modules in float64 (`elmo_implementation="eager"`, same
+  weights) on the first sentences, each alone and in its batch.
 """
 
 import argparse
@@ -49,10 +56,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plain_elmo import plain_elmo_layers
-
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
-from elmo_hf.modeling_elmo import linear
+from elmo_hf.cpu_kernels import ReorderTimings, onednn_linear
 
 ARCHITECTURES = {
     "small": dict(lstm_dim=1024, projection_dim=128, num_highway_layers=1),  # 2x1024_128_2048cnn_1xhighway
@@ -60,6 +65,7 @@ ARCHITECTURES = {
     "original": dict(lstm_dim=4096, projection_dim=512, num_highway_layers=2),  # 2x4096_512_2048cnn_2xhighway
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+IMPLEMENTATIONS = ("auto", "eager", "int8")
 CHECK_SENTENCES = 4
 
 
@@ -122,7 +128,7 @@ def gemm_gflops(device: torch.device) -> float:
     products = [lambda: a @ b]
     if device.type == "cpu":
         b_transposed = b.t().contiguous()
-        products.append(lambda: linear(a, b_transposed))
+        products.append(lambda: onednn_linear(a, b_transposed, None, None))
     best = math.inf
     with torch.inference_mode():
         for product in products:
@@ -157,13 +163,24 @@ def peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
 
 
+def build_model(config: ElmoConfig, implementation: str, dtype: torch.dtype, device: torch.device) -> ElmoModel:
+    """A random-weight model (seed 0) as the implementation runs it."""
+    torch.manual_seed(0)
+    model = ElmoModel(config).eval().to(device=device, dtype=dtype)
+    model.config.elmo_implementation = "eager" if implementation == "eager" else "auto"
+    if implementation == "int8":
+        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+        quantize_(model, Int8WeightOnlyConfig())
+    return model
+
+
 def run_configuration(args) -> dict:
-    """One model, batch size and dtype in this process: speed, peak memory, and the deviation checks."""
+    """One model, batch size, dtype and implementation in this process: speed, peak memory, the deviation check."""
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    torch.manual_seed(0)
     config = ElmoConfig(**ARCHITECTURES[args.model])
-    model = ElmoModel(config).eval().to(device=device, dtype=DTYPES[args.dtype])
+    model = build_model(config, args.implementation, DTYPES[args.dtype], device)
     sentences = text_corpus(args.text, args.sentences) if args.text else synthetic_corpus(args.sentences)
     tokenizer = ElmoTokenizer()
     batches = [sentences[start : start + args.batch_size] for start in range(0, len(sentences), args.batch_size)]
@@ -181,31 +198,27 @@ def run_configuration(args) -> dict:
             seconds.append(sum(timed(lambda inputs=inputs: model(**inputs), device) for inputs in encoded))
         peak = peak_memory_gib(device)
 
-        # Deviation from the plain step-by-step computation on the first sentences (each alone and in its batch).
+        # Deviation from the reference modules in float64 on the first sentences (each alone and in its batch).
+        reference = build_model(config, "eager", torch.float64, device)
         check = sentences[:CHECK_SENTENCES]
-        check_inputs = [tokenizer(s, is_split_into_words=True, return_tensors="pt").to(device) for s in check]
         batch_layers = model(**encoded[0], output_hidden_states=True).hidden_states
         diff = 0.0
-        for row, (sentence, inputs) in enumerate(zip(check, check_inputs)):
-            plain = plain_elmo_layers(model, inputs["input_ids"][0])
-            fast_alone = model(**inputs, output_hidden_states=True).hidden_states
-            for index, plain_layer in enumerate(plain):
-                diff = max(diff, (fast_alone[index][0] - plain_layer).abs().max().item())
+        for row, sentence in enumerate(check):
+            inputs = tokenizer(sentence, is_split_into_words=True, return_tensors="pt").to(device)
+            expected = reference(**inputs, output_hidden_states=True).hidden_states
+            alone = model(**inputs, output_hidden_states=True).hidden_states
+            for index, expected_layer in enumerate(expected):
+                diff = max(diff, (alone[index][0].double() - expected_layer[0]).abs().max().item())
                 if row < len(batches[0]):
-                    fast = batch_layers[index][row, : len(sentence)]
-                    diff = max(diff, (fast - plain_layer).abs().max().item())
-        bf16_deviation = None
-        if args.dtype != "float32":
-            reference = ElmoModel(config).eval().to(device)
-            reference.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
-            low = model(**encoded[0]).last_hidden_state.float()
-            bf16_deviation = (low - reference(**encoded[0]).last_hidden_state).abs().max().item()
+                    batched = batch_layers[index][row, : len(sentence)].double()
+                    diff = max(diff, (batched - expected_layer[0]).abs().max().item())
 
     median = statistics.median(seconds)
     return dict(
         model=args.model,
         batch=args.batch_size,
         dtype=args.dtype,
+        implementation=args.implementation,
         words=words,
         sentences=len(sentences),
         distinct=distinct,
@@ -217,14 +230,14 @@ def run_configuration(args) -> dict:
         boundary_factor=words / (words + 2 * len(sentences)),
         peak_gib=peak,
         diff=diff,
-        bf16_deviation=bf16_deviation,
+        kernels=ReorderTimings.summary(),
     )
 
 
 def format_table(rows: list[dict]) -> str:
     header = (
-        "| model | batch | dtype | tok/s | sent/s | GFLOP/s | GEMM GFLOP/s | of GEMM | BW GB/s | stream tok/s | "
-        "of stream | cell BW GB/s | of cell stream | peak RSS GiB | max abs diff vs plain | runs tok/s |"
+        "| model | batch | dtype | impl | tok/s | sent/s | GFLOP/s | GEMM GFLOP/s | of GEMM | BW GB/s | stream tok/s | "
+        "of stream | cell BW GB/s | of cell stream | peak RSS GiB | max abs diff vs float64 | runs tok/s |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for row in rows:
@@ -232,18 +245,29 @@ def format_table(rows: list[dict]) -> str:
             bandwidth * 1e9 / row["stream_bytes"] * row["boundary_factor"]
             for bandwidth in (row["bandwidth"], row["cell_bandwidth"])
         )
-        diff = f"{row['diff']:.1e}"
-        if row["bf16_deviation"] is not None:
-            diff += f" (bf16 dev {row['bf16_deviation']:.1e})"
         lines.append(
-            f"| {row['model']} | {row['batch']} | {row['dtype']} | {row['tokens_per_s']:.0f} | "
-            f"{row['sentences_per_s']:.1f} | {row['gflops']:.1f} | {row['gemm']:.0f} | "
+            f"| {row['model']} | {row['batch']} | {row['dtype']} | {row['implementation']} | "
+            f"{row['tokens_per_s']:.0f} | {row['sentences_per_s']:.1f} | {row['gflops']:.1f} | {row['gemm']:.0f} | "
             f"{row['gflops'] / row['gemm']:.0%} | {row['bandwidth']:.1f} | {stream:.0f} | "
             f"{row['tokens_per_s'] / stream:.0%} | {row['cell_bandwidth']:.1f} | "
-            f"{row['tokens_per_s'] / cell_stream:.0%} | {row['peak_gib']:.2f} | {diff} | "
+            f"{row['tokens_per_s'] / cell_stream:.0%} | {row['peak_gib']:.2f} | {row['diff']:.1e} | "
             f"{', '.join(f'{r:.0f}' for r in row['runs'])} |"
         )
     return "\n".join(lines)
+
+
+def cpu_description() -> str:
+    """The CPU model and its cache sizes, from Linux's /proc and /sys (empty elsewhere)."""
+    model = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        "unknown CPU",
+    ) if Path("/proc/cpuinfo").exists() else "unknown CPU"
+    caches = []
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        level, kind, size = ((index / name).read_text().strip() for name in ("level", "type", "size"))
+        caches.append(f"L{level}{'d' if kind == 'Data' else 'i' if kind == 'Instruction' else ''} {size}")
+    return f"{model}, {os.cpu_count()} CPUs, caches per core or shared: {', '.join(caches) or 'unknown'}"
 
 
 def main() -> int:
@@ -256,8 +280,13 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", nargs="+", default=["float32"], choices=sorted(DTYPES))
+    parser.add_argument(
+        "--implementations", nargs="+", default=["auto", "eager"], choices=IMPLEMENTATIONS[:2],
+        help="auto: as shipped (CPU kernels); eager: the reference modules",
+    )
+    parser.add_argument("--int8", action="store_true", help="also rows with torchao int8 weights (float32 only)")
     parser.add_argument("--quick", action="store_true", help="32 sentences, one repeat")
-    parser.add_argument("--worker", nargs=3, metavar=("MODEL", "BATCH", "DTYPE"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=4, metavar=("MODEL", "BATCH", "DTYPE", "IMPL"), help=argparse.SUPPRESS)
     parser.add_argument("--limits", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -277,7 +306,7 @@ def main() -> int:
         print(json.dumps([gemm_gflops(device), bandwidth_gbs(device), cell_bandwidths]))
         return 0
     if args.worker:
-        args.model, batch, args.dtype = args.worker
+        args.model, batch, args.dtype, args.implementation = args.worker
         args.batch_size = int(batch)
         print(json.dumps(run_configuration(args)))
         return 0
@@ -292,39 +321,50 @@ def main() -> int:
 
     samples = [limits()]
     print(
-        f"torch {torch.__version__}, {args.device}, {args.threads} threads, load average before: "
-        f"{os.getloadavg()[0]:.2f}",
+        f"{cpu_description()}\ntorch {torch.__version__}, {args.device}, {args.threads} threads, load average "
+        f"before: {os.getloadavg()[0]:.2f}",
         flush=True,
     )
+    implementations = args.implementations + (["int8"] if args.int8 else [])
+    configurations = [
+        (model, dtype, batch, implementation)
+        for model in args.models
+        for dtype in args.dtype
+        for batch in args.batch_sizes
+        for implementation in implementations
+        if implementation != "int8" or dtype == "float32"
+    ]
     rows = []
-    for model in args.models:
-        for dtype in args.dtype:
-            for batch in args.batch_sizes:
-                command = [sys.executable, __file__, "--worker", model, str(batch), dtype]
-                command += ["--sentences", str(args.sentences), "--repeats", str(args.repeats)]
-                command += ["--threads", str(args.threads), "--device", args.device]
-                command += ["--text", *args.text] if args.text else []
-                result = subprocess.run(command, capture_output=True, text=True, check=False)
-                if result.returncode:
-                    sys.stderr.write(result.stderr)
-                    return result.returncode
-                row = json.loads(result.stdout.strip().splitlines()[-1])
-                samples.append(limits())
-                row["gemm"] = statistics.median(sample[0] for sample in samples[-2:])
-                row["bandwidth"] = statistics.median(sample[1] for sample in samples[-2:])
-                row["cell_bandwidth"] = statistics.median(sample[2][f"{model} {dtype}"] for sample in samples[-2:])
-                rows.append(row)
-                print(
-                    f"{model} batch {batch} {dtype}: {row['tokens_per_s']:.0f} tok/s "
-                    f"({row['words']} words, {row['distinct']:.0%} distinct per batch), load average "
-                    f"{os.getloadavg()[0]:.2f}",
-                    flush=True,
-                )
+    for model, dtype, batch, implementation in configurations:
+        command = [sys.executable, __file__, "--worker", model, str(batch), dtype, implementation]
+        command += ["--sentences", str(args.sentences), "--repeats", str(args.repeats)]
+        command += ["--threads", str(args.threads), "--device", args.device]
+        command += ["--text", *args.text] if args.text else []
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode:
+            sys.stderr.write(result.stderr)
+            return result.returncode
+        row = json.loads(result.stdout.strip().splitlines()[-1])
+        samples.append(limits())
+        row["gemm"] = statistics.median(sample[0] for sample in samples[-2:])
+        row["bandwidth"] = statistics.median(sample[1] for sample in samples[-2:])
+        row["cell_bandwidth"] = statistics.median(sample[2][f"{model} {dtype}"] for sample in samples[-2:])
+        rows.append(row)
+        print(
+            f"{model} batch {batch} {dtype} {implementation}: {row['tokens_per_s']:.0f} tok/s "
+            f"({row['words']} words, {row['distinct']:.0%} distinct per batch), load average "
+            f"{os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
     print(
         f"load average after: {os.getloadavg()[0]:.2f}; limit samples (GEMM GFLOP/s, GB/s, cell GB/s): "
         + ", ".join(f"({g:.0f}, {b:.1f}, {'/'.join(f'{c:.0f}' for c in cells.values())})" for g, b, cells in samples)
     )
     print(format_table(rows))
+    for row in rows:
+        if row["kernels"]:
+            print(f"\nKernels chosen by timing, {row['model']} batch {row['batch']} {row['dtype']}:")
+            print("\n".join(row["kernels"]))
     return 0
 
 

@@ -3,22 +3,23 @@
     python benchmarks/bench_recurrent_step.py                      # original architecture, rows 1, 8, 64
     python benchmarks/bench_recurrent_step.py --model small --threads 1
 
-The recurrent step (`elmo_hf.modeling_elmo.lstm_step`: hidden-to-gate product, element-wise cell update,
-projection, clipping) is the sequential part of ELMo, run once per time step, layer and direction; everything else
-is a few large matrix products. This times one step with random weights of a published architecture, without
-autograd, for each way of running it:
-- eager: as `ElmoModel` runs it, with the recurrent weights in oneDNN's layout (`onednn_weight`);
-- eager, plain weights: the same with the weights handed to oneDNN in their stored layout at every call;
-- TorchScript cell update: `lstm_cell_update` (the element-wise part) compiled by `torch.jit.script`;
-- torch.compile cell update: `lstm_cell_update` compiled by Inductor (its C++ backend fuses the element-wise ops);
-- torch.compile step: the whole `lstm_step` compiled by Inductor from aten operations (plain weights; Inductor
-  chooses the kernels of the products and fuses the rest).
-The compiled variants are specialised to the row count (`dynamic=False`), their best case; the first call's
-compile time is reported. Each row gives microseconds per step (median of `--repeats` timings of `--steps`
-steps), the ratio to eager, and the max abs difference from eager.
+The recurrent step (hidden-to-gate product, element-wise cell update, projection, clipping) is the sequential part of
+ELMo, run once per time step, layer and direction; everything else is a few large matrix products. This times one
+step with random weights of a published architecture, without autograd, for each way of running it:
+- CPU kernel: `elmo_hf.cpu_kernels.lstm_step` as `ElmoModel` runs it, each product by the kernel timed fastest for
+  its row count, on weights reordered into oneDNN's layout where that pays over 100 steps;
+- reference: the module's own `ElmoLstmCellWithProjection.step` (its `nn.Linear` layers, aten's products);
+- TorchScript cell update: the CPU kernel with `lstm_cell_update` (the element-wise part) compiled by
+  `torch.jit.script`;
+- torch.compile cell update: the same compiled by Inductor (its C++ backend fuses the element-wise ops);
+- torch.compile step: the reference `step` compiled by Inductor (it chooses the products' kernels and fuses the rest).
+The compiled variants are specialised to the row count (`dynamic=False`), their best case; the first call's compile
+time is reported. Each row gives microseconds per step (median of `--repeats` timings of `--steps` steps), the ratio to
+the CPU kernel, and the max abs difference from it.
 """
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -31,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_inference import ARCHITECTURES
 
-from elmo_hf import ElmoConfig, ElmoModel, modeling_elmo
-from elmo_hf.modeling_elmo import lstm_cell_update, lstm_step, onednn_weight
+from elmo_hf import ElmoConfig, ElmoModel, cpu_kernels
+from elmo_hf.cpu_kernels import CpuLinear, ReorderTimings
 
 
 def main() -> int:
@@ -46,74 +47,65 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     config = ElmoConfig(**ARCHITECTURES[args.model])
-    cell_module = ElmoModel(config).eval().bilm.layers[0].forward_cell
-    hidden_to_gates, projection = cell_module.hidden_to_gates.weight, cell_module.projection.weight
-    clips = (config.cell_clip, config.projection_clip)
-    onednn = (onednn_weight(hidden_to_gates), onednn_weight(projection))  # once, as the model does per call
+    cell = ElmoModel(config).eval().bilm.layers[0].forward_cell
 
-    def eager(gate_inputs, hidden, cell):
-        return lstm_step(gate_inputs, hidden, cell, hidden_to_gates, projection, *clips, onednn)
+    def with_cell_update(update):
+        """The CPU kernel's step with `lstm_cell_update` replaced while it runs."""
 
-    def plain_weights(gate_inputs, hidden, cell):
-        return lstm_step(gate_inputs, hidden, cell, hidden_to_gates, projection, *clips)
-
-    def patched(step, **replacements):
-        """`step` with functions of `modeling_elmo` replaced while it runs (the step looks them up at every call)."""
-
-        def run(gate_inputs, hidden, cell):
-            saved = {name: getattr(modeling_elmo, name) for name in replacements}
-            for name, function in replacements.items():
-                setattr(modeling_elmo, name, function)
+        def step(gate_inputs, state, products):
+            saved, cpu_kernels.lstm_cell_update = cpu_kernels.lstm_cell_update, update
             try:
-                return step(gate_inputs, hidden, cell)
+                return cpu_kernels.lstm_step(gate_inputs, state, *products, cell)
             finally:
-                for name, function in saved.items():
-                    setattr(modeling_elmo, name, function)
+                cpu_kernels.lstm_cell_update = saved
 
-        return run
+        return step
 
     print(
         f"torch {torch.__version__}, {args.threads} threads, {args.model} (lstm_dim {config.lstm_dim}, "
-        f"projection_dim {config.projection_dim}), float32, inference mode"
+        f"projection_dim {config.projection_dim}), float32, inference mode, load average {os.getloadavg()[0]:.2f}"
     )
-    print("| rows | variant | us/step | vs eager | first call s | max abs diff vs eager |")
+    print("| rows | variant | us/step | vs CPU kernel | first call s | max abs diff vs CPU kernel |")
     print("|---|---|---|---|---|---|")
     with torch.inference_mode():
         for rows in args.rows:
             torch._dynamo.reset()
-            variants = {
-                "eager (elmo_hf)": eager,
-                "eager, plain weights": plain_weights,
-                "TorchScript cell update": patched(eager, lstm_cell_update=torch.jit.script(lstm_cell_update)),
-                "torch.compile cell update": patched(
-                    eager, lstm_cell_update=torch.compile(lstm_cell_update, dynamic=False)
-                ),
-                # Inductor traces aten products (`linear` off the oneDNN path) and chooses its own kernels.
-                "torch.compile step": patched(
-                    torch.compile(plain_weights, dynamic=False), onednn_linear_available=lambda *tensors: False
-                ),
-            }
-            inputs = (
-                torch.randn(rows, 4 * config.lstm_dim),
-                torch.randn(rows, config.projection_dim) * 0.1,
-                torch.randn(rows, config.lstm_dim),
+            # Reordered weights where the timings say they pay over a 100-step call of `rows` rows, as the model does.
+            products = (
+                CpuLinear(cell.hidden_to_gates.weight, row_counts=[rows] * 100),
+                CpuLinear(cell.projection.weight, row_counts=[rows] * 100),
             )
-            reference = eager(*inputs)
-            eager_us = None
+            bias = cell.hidden_to_gates.bias
+            variants = {
+                "CPU kernel (elmo_hf)": lambda x, state: cpu_kernels.lstm_step(x + bias, state, *products, cell),
+                "reference (module step)": cell.step,
+                "TorchScript cell update": lambda x, state, step=with_cell_update(
+                    torch.jit.script(cpu_kernels.lstm_cell_update)
+                ): step(x + bias, state, products),
+                "torch.compile cell update": lambda x, state, step=with_cell_update(
+                    torch.compile(cpu_kernels.lstm_cell_update, dynamic=False)
+                ): step(x + bias, state, products),
+                "torch.compile step": torch.compile(cell.step, dynamic=False),
+            }
+            gate_inputs = torch.randn(rows, 4 * config.lstm_dim)
+            state = (torch.randn(rows, config.projection_dim) * 0.1, torch.randn(rows, config.lstm_dim))
+            reference = variants["CPU kernel (elmo_hf)"](gate_inputs, state)
+            kernel_us = None
             for name, step in variants.items():
                 start = time.perf_counter()
-                outputs = step(*inputs)
+                outputs = step(gate_inputs, state)
                 first_call = time.perf_counter() - start
                 diff = max((a - b).abs().max().item() for a, b in zip(outputs, reference))
                 timings = []
                 for _ in range(args.repeats):
                     start = time.perf_counter()
                     for _ in range(args.steps):
-                        step(*inputs)
+                        step(gate_inputs, state)
                     timings.append((time.perf_counter() - start) / args.steps * 1e6)
                 us = statistics.median(timings)
-                eager_us = eager_us or us
-                print(f"| {rows} | {name} | {us:.0f} | {eager_us / us:.2f}x | {first_call:.2f} | {diff:.1e} |")
+                kernel_us = kernel_us or us
+                print(f"| {rows} | {name} | {us:.0f} | {kernel_us / us:.2f}x | {first_call:.2f} | {diff:.1e} |")
+    print("Kernels chosen:\n" + "\n".join(ReorderTimings.summary()))
     return 0
 
 

@@ -29,12 +29,21 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default only where it has one (not for flags and options that default to None)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def run_subcommand(name: str, argv: list[str] | None = None) -> int:
     """Parse `argv` (default: the command line after the subcommand) for subcommand `name` and run it."""
     module_name, summary = SUBCOMMANDS[name]
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(
-        prog=f"elmo-hf {name}", description=summary, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        prog=f"elmo-hf {name}", description=summary, formatter_class=HelpFormatter
     )
     module.add_arguments(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

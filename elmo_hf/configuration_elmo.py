@@ -14,17 +14,23 @@
 """ELMo model configuration."""
 
 import copy
-from typing import TYPE_CHECKING
+import math
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
+from .tokenization_elmo import CHAR_VOCAB_SIZE
+
 if TYPE_CHECKING:
-    # Never run (importing transformers.pipelines takes seconds), but named here so that `save_pretrained`, which
+    # Not imported at run time (it imports transformers.pipelines), but named here so that `save_pretrained`, which
     # copies the files this one imports, copies pipeline_elmo.py beside it, and remote loading fetches it.
     from .pipeline_elmo import ElmoTokenClassificationPipeline  # noqa: F401
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
+ELMO_IMPLEMENTATIONS = ("auto", "eager")
 SCALAR_MIX_LAYER_NORMS = (None, "token", "batch")
 # Remote code: the classes a saved folder names for `trust_remote_code=True` loading (the files travel with it).
 ELMO_AUTO_MAP = {
@@ -99,6 +105,14 @@ class ElmoConfig(PreTrainedConfig):
             Layers of the task biLSTM.
         concatenate_elmo_to_task_output (`bool`, defaults to `False`):
             With a task biLSTM, also concatenate a second, independent ELMo mix to its output (paper §3.3).
+        elmo_implementation (`str`, defaults to `"auto"`):
+            `"auto"` runs the CPU kernels of `cpu_kernels.py` where they compute the same thing as the model's own
+            modules (CPU, no autograd, float32 or bfloat16, stock layers without hooks); `"eager"` always runs the
+            modules themselves (the reference computation).
+
+    Every field is checked whenever it is set (construction, attribute assignment, `update`, `from_pretrained`
+    keywords), and the relations between fields (`scalar_mix_parameters` against `num_layers`, filter widths against
+    `max_characters_per_token`) once the config is complete and again when a model is built from it.
 
     `hidden_size` is the width of `last_hidden_state`, `2 * projection_dim` (forward and backward halves). Saved
     configs name the model code in `auto_map` and [`ElmoTokenClassificationPipeline`] in `custom_pipelines`, so a
@@ -115,7 +129,7 @@ class ElmoConfig(PreTrainedConfig):
     model_type = "elmo"
     attribute_map = {"vocab_size": "char_vocab_size", "num_hidden_layers": "num_layers"}
 
-    char_vocab_size: int = 262
+    char_vocab_size: int = CHAR_VOCAB_SIZE
     max_characters_per_token: int = 50
     char_embedding_dim: int = 16
     filters: list[list[int]] | tuple[tuple[int, int], ...] = (
@@ -144,6 +158,7 @@ class ElmoConfig(PreTrainedConfig):
     task_lstm_dim: int | None = None
     task_lstm_layers: int = 1
     concatenate_elmo_to_task_output: bool = False
+    elmo_implementation: str = "auto"
     pad_token_id: int | None = 0
     bos_token_id: int | None = 257
     eos_token_id: int | None = 258
@@ -164,64 +179,125 @@ class ElmoConfig(PreTrainedConfig):
         """Width of the character CNN output (all banks concatenated)."""
         return sum(num for _, num in self.filters)
 
+    def __setattr__(self, name: str, value: Any):
+        """Checks a field's own constraint before it changes (cross-field checks run in `validate`)."""
+        name = type(self).attribute_map.get(name, name)
+        _check_field(name, value)
+        super().__setattr__(name, value)
+
+    @contextmanager
+    def _checked_as_a_whole(self):
+        """Runs `validate` after the changes made inside; if anything fails the config is left as it was."""
+        saved = dict(self.__dict__)
+        try:
+            yield
+            self.validate()
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    def update(self, config_dict: dict[str, Any]):
+        """Sets several fields at once and checks the result as a whole, so related fields (`num_layers` and
+        `scalar_mix_parameters`) can change together; on error the config is unchanged."""
+        with self._checked_as_a_whole():
+            super().update(config_dict)
+
+    def update_from_string(self, update_str: str):
+        """As [`~PreTrainedConfig.update_from_string`], checked as a whole like `update`."""
+        with self._checked_as_a_whole():
+            super().update_from_string(update_str)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs) -> "ElmoConfig | tuple[ElmoConfig, dict[str, Any]]":
+        """Builds the config, then checks it as a whole: `from_pretrained`'s keyword overrides (`num_layers=3`) are
+        set one by one after construction, so only this check sees them together with the saved fields."""
+        loaded = super().from_dict(config_dict, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).validate()
+        return loaded
+
     def validate_architecture(self):
-        """Checks every architecture field and names the bad one."""
+        """Checks every field (again, for values set behind `__setattr__`) and the constraints between fields."""
         super().validate_architecture()
-        positive = ("char_embedding_dim", "projection_dim", "lstm_dim", "num_layers")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"ElmoConfig.{name} must be a positive integer, got {getattr(self, name)}.")
-        if self.char_vocab_size < 262:
+        for name in _FIELD_RULES:
+            _check_field(name, getattr(self, name))
+        if self.char_vocab_size < CHAR_VOCAB_SIZE:
             raise ValueError(
-                f"ElmoConfig.char_vocab_size must be at least 262 (ELMo's character ids), got {self.char_vocab_size}."
+                f"ElmoConfig.char_vocab_size must be at least {CHAR_VOCAB_SIZE} (ELMo's character ids), got "
+                f"{self.char_vocab_size}."
             )
-        if self.max_characters_per_token < 3:
-            raise ValueError(
-                "ElmoConfig.max_characters_per_token must be at least 3 (begin-of-word, one byte, end-of-word), "
-                f"got {self.max_characters_per_token}."
-            )
-        if self.num_highway_layers < 0:
-            raise ValueError(f"ElmoConfig.num_highway_layers must be >= 0, got {self.num_highway_layers}.")
-        if self.activation not in ELMO_ACTIVATIONS:
-            raise ValueError(f"ElmoConfig.activation must be one of {ELMO_ACTIVATIONS}, got {self.activation!r}.")
-        if not self.filters:
-            raise ValueError("ElmoConfig.filters must list at least one [width, num_filters] bank.")
-        for bank in self.filters:
-            if len(bank) != 2 or not all(isinstance(v, int) and v >= 1 for v in bank):
-                raise ValueError(f"ElmoConfig.filters entries must be [width, num_filters] positive ints, got {bank}.")
-            if bank[0] > self.max_characters_per_token:
+        for width, _ in self.filters:
+            if width > self.max_characters_per_token:
                 raise ValueError(
-                    f"ElmoConfig.filters has width {bank[0]}, wider than max_characters_per_token "
+                    f"ElmoConfig.filters has width {width}, wider than max_characters_per_token "
                     f"({self.max_characters_per_token})."
                 )
-        for name in ("cell_clip", "projection_clip"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"ElmoConfig.{name} must be positive or None (no clipping), got {value}.")
-        self._validate_task_fields()
-
-    def _validate_task_fields(self):
-        """Checks the fields the task heads read."""
         if self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != self.num_layers + 1:
             raise ValueError(
                 f"ElmoConfig.scalar_mix_parameters needs num_layers + 1 = {self.num_layers + 1} values, got "
-                f"{len(self.scalar_mix_parameters)}."
+                f"{len(self.scalar_mix_parameters)}; change the two together, e.g. with config.update({{...}})."
             )
-        if self.scalar_mix_layer_norm not in SCALAR_MIX_LAYER_NORMS:
+        if self.concatenate_elmo_to_task_output and self.task_lstm_dim is None:
             raise ValueError(
-                f"ElmoConfig.scalar_mix_layer_norm must be one of {SCALAR_MIX_LAYER_NORMS}, got "
-                f"{self.scalar_mix_layer_norm!r}."
+                "ElmoConfig.concatenate_elmo_to_task_output=True concatenates a second ELMo mix to the task biLSTM's "
+                "output, but there is no task biLSTM (task_lstm_dim=None); set task_lstm_dim or leave it False."
             )
-        if not 0 <= self.elmo_dropout < 1:
-            raise ValueError(f"ElmoConfig.elmo_dropout must be in [0, 1), got {self.elmo_dropout}.")
-        if self.scalar_mix_l2_coefficient < 0:
-            raise ValueError(
-                f"ElmoConfig.scalar_mix_l2_coefficient must be >= 0, got {self.scalar_mix_l2_coefficient}."
-            )
-        if self.task_lstm_dim is not None and self.task_lstm_dim < 1:
-            raise ValueError(f"ElmoConfig.task_lstm_dim must be a positive integer or None, got {self.task_lstm_dim}.")
-        if self.task_lstm_layers < 1:
-            raise ValueError(f"ElmoConfig.task_lstm_layers must be >= 1, got {self.task_lstm_layers}.")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_filter_bank(bank: Any) -> bool:
+    return isinstance(bank, (list, tuple)) and len(bank) == 2 and all(_is_int(v) and v >= 1 for v in bank)
+
+
+_POSITIVE_INT = (lambda v: _is_int(v) and v >= 1, "a positive integer")
+_CLIP = (lambda v: v is None or (_is_number(v) and v > 0), "positive or None (no clipping), and finite")
+_NON_NEGATIVE = (lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
+# Each field's own constraint, checked whenever it is set: (test, what a valid value is).
+_FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "char_vocab_size": _POSITIVE_INT,
+    "max_characters_per_token": (
+        lambda v: _is_int(v) and v >= 3,
+        "an integer of at least 3 (begin-of-word, one byte, end-of-word)",
+    ),
+    "char_embedding_dim": _POSITIVE_INT,
+    "filters": (
+        lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_filter_bank(bank) for bank in v),
+        "a non-empty list of [width, num_filters] banks of positive integers",
+    ),
+    "activation": (lambda v: v in ELMO_ACTIVATIONS, f"one of {ELMO_ACTIVATIONS}"),
+    "num_highway_layers": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "projection_dim": _POSITIVE_INT,
+    "lstm_dim": _POSITIVE_INT,
+    "num_layers": _POSITIVE_INT,
+    "cell_clip": _CLIP,
+    "projection_clip": _CLIP,
+    "initializer_range": _NON_NEGATIVE,
+    "scalar_mix_parameters": (
+        lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_number(w) for w in v)),
+        "None (learned weights) or num_layers + 1 finite numbers",
+    ),
+    "scalar_mix_layer_norm": (lambda v: v in SCALAR_MIX_LAYER_NORMS, f"one of {SCALAR_MIX_LAYER_NORMS}"),
+    "elmo_dropout": (lambda v: _is_number(v) and 0 <= v < 1, "in [0, 1) (1 would zero every ELMo vector)"),
+    "scalar_mix_l2_coefficient": _NON_NEGATIVE,
+    "task_lstm_dim": (lambda v: v is None or (_is_int(v) and v >= 1), "a positive integer or None (no task biLSTM)"),
+    "task_lstm_layers": _POSITIVE_INT,
+    "elmo_implementation": (lambda v: v in ELMO_IMPLEMENTATIONS, f"one of {ELMO_IMPLEMENTATIONS}"),
+}
+
+
+def _check_field(name: str, value: Any):
+    """Raises `ValueError` naming the field, the rule and the value if `value` breaks `name`'s own constraint."""
+    rule = _FIELD_RULES.get(name)
+    if rule is not None and not rule[0](value):
+        raise ValueError(f"ElmoConfig.{name} must be {rule[1]}, got {value!r}.")
 
 
 __all__ = ["ElmoConfig"]

@@ -14,7 +14,12 @@
 """PyTorch ELMo model: character CNN token layer and bidirectional LSTM language model.
 
 Paper: "Deep contextualized word representations", Peters et al. 2018 (https://arxiv.org/abs/1802.05365).
-Original implementations: allenai/bilm-tf (TensorFlow) and allenai/allennlp (PyTorch), Apache-2.0.
+Original implementations: allenai/bilm-tf (TensorFlow) and allenai/allennlp (PyTorch), Apache-2.0. How they compute
+is described in this repository's docs/original_computation.md.
+
+Every module computes what the paper says with its own submodules; on CPU without autograd, the token layer and the
+LSTM cells may instead run the faster kernels of `cpu_kernels.py`, which compute the same thing (see
+`use_cpu_kernels`, the one place that decides).
 
 Dimension names used in the docstrings: `batch_size`, `sequence_length` (words), `max_characters_per_token`,
 `projection_dim`, `lstm_dim`; `sequence_length + 2` counts the sentence boundaries `<S>` and `</S>`.
@@ -24,220 +29,30 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.utils.weak import WeakIdKeyDictionary
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils.generic import can_return_tuple
 from transformers.utils import logging
 
+from .cpu_kernels import encode_words, kernels_apply, lstm_with_projection
 from .configuration_elmo import ElmoConfig
 from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
 
 LstmState = tuple[torch.Tensor, torch.Tensor]
 
-# Rows of input-to-gate products computed at once in `lstm_with_projection`: large enough for an efficient matrix
-# product, small enough that memory stays bounded for any sequence length ((rows, 4 * lstm_dim) floats at a time).
-# At 256 rows the original architecture's block is 16 MiB, below the 32 MiB up to which the C allocator reuses freed
-# memory instead of mapping fresh pages for every block: its products measured 305 GFLOP/s against 241 at 512 rows.
-GATE_INPUT_BLOCK_ROWS = 256
 
+def use_cpu_kernels(module: nn.Module, *inputs: torch.Tensor) -> bool:
+    """The dispatcher: whether `module` (the token layer or an LSTM cell) runs its kernel from `cpu_kernels.py`.
 
-def onednn_linear_available(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether `linear` may use oneDNN: a CPU float32 or bfloat16 product that autograd does not record."""
-    return (
-        inputs.device.type == "cpu"
-        and inputs.dtype in (torch.float32, torch.bfloat16)
-        and weight.dtype == inputs.dtype
-        and weight.is_contiguous()
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-        and not (torch.is_grad_enabled() and (inputs.requires_grad or weight.requires_grad))
-    )
-
-
-def linear(
-    inputs: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    add: torch.Tensor | None = None,
-    weight_onednn: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """`inputs @ weight.T + bias + add` for `(rows, in_features)` inputs and `(out_features, in_features)` weights.
-
-    Without autograd on CPU, products of several rows run oneDNN's matrix product (the one `torch.compile` emits for
-    CPU linear layers), with the bias and `add` fused into it, on `weight_onednn` (the same weight in oneDNN's layout,
-    see `onednn_weight`) when given: faster than MKL's `addmm` for the few-row products of the LSTM recurrence. Single
-    rows are matrix-vector products, bound by memory, where MKL reads the weight 10-25% faster than oneDNN (measured
-    in `benchmarks/`). Elsewhere (training, CUDA) this is `torch.nn.functional.linear`.
+    Only where the kernel provably computes what the module's own forward computes: `config.elmo_implementation` is
+    `"auto"`, the tensors are on CPU in float32 or bfloat16, autograd records nothing, no compiler or tracer is
+    running, and every submodule is the stock class (nothing replaced or wrapped a layer: PEFT adapters, quantised
+    or pruned layers) with no hooks. Anything else runs the reference computation below.
     """
-    if inputs.shape[0] > 1 and onednn_linear_available(inputs, weight):
-        inputs, weight = inputs.contiguous(), weight if weight_onednn is None else weight_onednn
-        if add is not None:
-            return torch.ops.mkldnn._linear_pointwise.binary(inputs, add.contiguous(), weight, bias, "add")
-        return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], "")
-    if add is not None and bias is None:
-        return torch.addmm(add, inputs, weight.t())
-    outputs = nn.functional.linear(inputs, weight, bias)
-    return outputs if add is None else outputs + add
-
-
-# Copies of weights in oneDNN's layout, one per parameter, kept as long as the parameter lives (see `onednn_weight`).
-_ONEDNN_WEIGHTS = WeakIdKeyDictionary()
-
-
-def onednn_weight(weight: torch.Tensor) -> torch.Tensor:
-    """`weight` reordered once into oneDNN's blocked layout, for `linear` without autograd on CPU.
-
-    The recurrence multiplies the same weights by a few rows at every time step; from the reordered copy oneDNN's
-    products are 1.6x faster at 8 rows and 1.2x at 64 than from the plain layout (measured in `benchmarks/`). The
-    copy costs the weight's memory once; it is remade when the parameter's data or version change (`.to()`,
-    `load_state_dict`, an optimizer step). Returns `weight` itself where reordering is unavailable.
-    """
-    if weight.is_inference() or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-        return weight
-    key = (weight.data_ptr(), weight._version, weight.dtype, tuple(weight.shape))
-    cached = _ONEDNN_WEIGHTS.get(weight)
-    if cached is None or cached[0] != key:
-        cached = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
-        _ONEDNN_WEIGHTS[weight] = cached
-    return cached[1]
-
-
-def word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """`(batch_size, sequence_length)` bool: the given attention mask, or the rows with any non-zero character id."""
-    return attention_mask.bool() if attention_mask is not None else (input_ids > 0).any(-1)
-
-
-def words_first_order(mask: torch.Tensor) -> torch.Tensor | None:
-    """Per row, the positions of its words in order, then its padding; `None` when every row is right-padded already.
-
-    Gathering with it moves left padding (or holes in the mask) behind the words; `order.argsort(1)` undoes it.
-    """
-    lengths = mask.sum(1, keepdim=True)
-    if bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths)).all()):
-        return None
-    return (~mask).to(torch.int8).argsort(dim=1, stable=True)
-
-
-def lstm_cell_update(
-    gates: torch.Tensor, cell: torch.Tensor, cell_clip: float | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The element-wise part of one LSTM step.
-
-    Args:
-        gates: `(rows, 4 * lstm_dim)` gate pre-activations, in the order i, f, g, o.
-        cell: `(rows, lstm_dim)` cell state.
-        cell_clip: clip bound of the new cell state, `None` for no clipping.
-
-    Returns:
-        The new cell state and the output before projection, `output_gate * tanh(cell)`, both `(rows, lstm_dim)`.
-    """
-    lstm_dim = cell.shape[1]
-    input_and_forget = torch.sigmoid(gates[:, : 2 * lstm_dim])
-    candidate = torch.tanh(gates[:, 2 * lstm_dim : 3 * lstm_dim])
-    output_gate = torch.sigmoid(gates[:, 3 * lstm_dim :])
-    cell = torch.addcmul(input_and_forget[:, lstm_dim:] * cell, input_and_forget[:, :lstm_dim], candidate)
-    if cell_clip is not None:
-        cell = cell.clamp(-cell_clip, cell_clip)
-    return cell, output_gate * torch.tanh(cell)
-
-
-def lstm_step(
-    gate_inputs: torch.Tensor,
-    hidden: torch.Tensor,
-    cell: torch.Tensor,
-    hidden_to_gates_weight: torch.Tensor,
-    projection_weight: torch.Tensor,
-    cell_clip: float | None,
-    projection_clip: float | None,
-    onednn_weights: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> LstmState:
-    """One time step of the recurrence: `(rows, 4 * lstm_dim)` input-to-gate products (bias included) and the state
-    `(hidden, cell)` of shapes `(rows, projection_dim)`, `(rows, lstm_dim)` -> the new state. Arguments as in
-    `lstm_with_projection`."""
-    hidden_to_gates_onednn, projection_onednn = onednn_weights or (None, None)
-    gates = linear(hidden, hidden_to_gates_weight, add=gate_inputs, weight_onednn=hidden_to_gates_onednn)
-    cell, unprojected = lstm_cell_update(gates, cell, cell_clip)
-    hidden = linear(unprojected, projection_weight, weight_onednn=projection_onednn)
-    if projection_clip is not None:
-        hidden = hidden.clamp(-projection_clip, projection_clip)
-    return hidden, cell
-
-
-def lstm_with_projection(
-    inputs: torch.Tensor,
-    batch_sizes: list[int],
-    input_to_gates_weight: torch.Tensor,
-    hidden_to_gates_weight: torch.Tensor,
-    gates_bias: torch.Tensor,
-    projection_weight: torch.Tensor,
-    initial_state: LstmState,
-    cell_clip: float | None,
-    projection_clip: float | None,
-    onednn_weights: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, LstmState]:
-    """Runs one LSTM direction with a projected, clipped output over a packed, length-sorted batch.
-
-    Pure function, state in and out, so the scan can be swapped for a kernel. The inputs are packed time-major, as in
-    `torch.nn.utils.rnn.PackedSequence`: step `t` holds the first `batch_sizes[t]` rows of the length-sorted batch,
-    so no work is spent on padding and the active batch shrinks as sentences end. The input-to-gate products of
-    blocks of steps (about `GATE_INPUT_BLOCK_ROWS` rows) are one matrix product each; only the recurrence is
-    sequential. The gate order is i, f, g, o; the forget bias of the original TensorFlow cell is already folded into
-    `gates_bias`.
-
-    Args:
-        inputs: `(num_positions, input_dim)`, packed time-major; `num_positions = sum(batch_sizes)`.
-        batch_sizes: number of rows still running at each step (non-increasing, one entry per step).
-        input_to_gates_weight: `(4 * lstm_dim, input_dim)`.
-        hidden_to_gates_weight: `(4 * lstm_dim, projection_dim)`.
-        gates_bias: `(4 * lstm_dim,)`.
-        projection_weight: `(projection_dim, lstm_dim)`.
-        initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`, rows sorted as
-            the batch.
-        cell_clip, projection_clip: clip bounds, `None` for no clipping.
-        onednn_weights: the hidden-to-gate and projection weights in oneDNN's layout (`onednn_weight`), for the
-            products of the recurrence when autograd is off.
-
-    Returns:
-        The outputs `(num_positions, projection_dim)`, packed as the inputs, and the final `(h, c)` of every row (the
-        state after its own last step).
-    """
-    hidden, cell = initial_state
-    outputs = inputs.new_empty(inputs.shape[0], projection_weight.shape[0])
-    finished_hidden, finished_cell = [], []
-    block_start = block_end = 0
-    position = 0
-    for step, active in enumerate(batch_sizes):
-        if position == block_end:
-            # Input-to-gate products of the next steps, up to GATE_INPUT_BLOCK_ROWS rows (at least one step).
-            block_start, block_end = position, position + active
-            for next_active in batch_sizes[step + 1 :]:
-                if block_end + next_active - block_start > GATE_INPUT_BLOCK_ROWS:
-                    break
-                block_end += next_active
-            gate_inputs = linear(inputs[block_start:block_end], input_to_gates_weight, gates_bias)
-        if active < hidden.shape[0]:
-            finished_hidden.append(hidden[active:])
-            finished_cell.append(cell[active:])
-            hidden, cell = hidden[:active], cell[:active]
-        step_gate_inputs = gate_inputs[position - block_start : position - block_start + active]
-        hidden, cell = lstm_step(
-            step_gate_inputs,
-            hidden,
-            cell,
-            hidden_to_gates_weight,
-            projection_weight,
-            cell_clip,
-            projection_clip,
-            onednn_weights,
-        )
-        outputs[position : position + active] = hidden
-        position += active
-    finished_hidden.append(hidden)
-    finished_cell.append(cell)
-    # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
-    return outputs, (torch.cat(finished_hidden[::-1]), torch.cat(finished_cell[::-1]))
+    if module.config.elmo_implementation != "auto":
+        return False
+    return kernels_apply(module, inputs, CPU_KERNEL_MODULE_TYPES[type(module)])
 
 
 class ElmoCharCnn(nn.Module):
@@ -251,19 +66,10 @@ class ElmoCharCnn(nn.Module):
         self.activation = torch.relu if config.activation == "relu" else torch.tanh
 
     def forward(self, char_embeddings: torch.Tensor) -> torch.Tensor:
-        """`(num_words, max_characters_per_token, char_embedding_dim)` -> `(num_words, num_filters)`.
-
-        Each convolution is one matrix product over all windows of all words (faster on CPU than the direct
-        convolution, measured in `benchmarks/`), so call it on bounded chunks of words.
-        """
-        num_words, chars, dim = char_embeddings.shape
-        pooled = []
-        for conv in self.convolutions:
-            width = conv.kernel_size[0]
-            # (num_words, chars - width + 1, dim, width): every window, flattened as the Conv1d weight (num, dim, width)
-            windows = char_embeddings.unfold(1, width, 1).reshape(-1, dim * width)
-            responses = linear(windows, conv.weight.reshape(conv.out_channels, -1), conv.bias)
-            pooled.append(responses.view(num_words, chars - width + 1, -1).amax(dim=1))
+        """`(num_words, max_characters_per_token, char_embedding_dim)` -> `(num_words, num_filters)`."""
+        # (num_words, char_embedding_dim, max_characters_per_token): channels first, as Conv1d reads them
+        channels_first = char_embeddings.transpose(1, 2)
+        pooled = [conv(channels_first).amax(dim=-1) for conv in self.convolutions]
         return self.activation(torch.cat(pooled, dim=-1))
 
 
@@ -279,9 +85,9 @@ class ElmoHighwayLayer(nn.Module):
         self.gate = nn.Linear(dim, dim)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        gate = torch.sigmoid(linear(hidden, self.gate.weight, self.gate.bias))
-        transformed = torch.relu(linear(hidden, self.transform.weight, self.transform.bias))
-        return gate * transformed + (1 - gate) * hidden
+        """`(num_words, num_filters)` -> same shape."""
+        gate = torch.sigmoid(self.gate(hidden))
+        return gate * torch.relu(self.transform(hidden)) + (1 - gate) * hidden
 
 
 class ElmoHighway(nn.Module):
@@ -300,12 +106,13 @@ class ElmoHighway(nn.Module):
 class ElmoCharacterEncoder(nn.Module):
     """The context-independent token layer: character embeddings, CNN, highway, linear projection."""
 
-    # Words encoded at once: bounds the CNN's intermediate memory ((chunk * max_characters_per_token, num_filters)
-    # floats for the widest bank) whatever the number of words.
+    # Words encoded at once: bounds the CNN's intermediate memory ((chunk, num_filters, max_characters_per_token)
+    # floats) whatever the number of words.
     chunk_size = 256
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
+        self.config = config
         self.char_embeddings = nn.Embedding(config.char_vocab_size, config.char_embedding_dim, padding_idx=0)
         self.char_cnn = ElmoCharCnn(config)
         self.highway = ElmoHighway(config)
@@ -313,47 +120,85 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         """`(num_words, max_characters_per_token)` character ids -> `(num_words, projection_dim)` token vectors."""
-        chunks = []
-        for chunk in char_ids.split(self.chunk_size):
-            features = self.highway(self.char_cnn(self.char_embeddings(chunk)))
-            chunks.append(linear(features, self.projection.weight, self.projection.bias))
+        if use_cpu_kernels(self, char_ids):
+            return encode_words(self, char_ids)
+        chunks = [
+            self.projection(self.highway(self.char_cnn(self.char_embeddings(chunk))))
+            for chunk in char_ids.split(self.chunk_size)
+        ]
         return torch.cat(chunks)
 
 
 class ElmoLstmCellWithProjection(nn.Module):
-    """One direction of one biLSTM layer: an LSTM cell whose output is projected to `projection_dim` and clipped."""
+    """One direction of one biLSTM layer: an LSTM cell whose output is projected to `projection_dim` and clipped.
+
+    With input `x`, state `(h, c)` and gates in the order i, f, g, o (the original TensorFlow cell's forget bias of 1
+    is folded into `hidden_to_gates.bias` by the conversion):
+
+        i, f, g, o = input_to_gates(x) + hidden_to_gates(h)
+        c = clip(sigmoid(f) * c + sigmoid(i) * tanh(g), cell_clip)
+        h = clip(projection(sigmoid(o) * tanh(c)), projection_clip)
+    """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
+        self.config = config
         self.input_to_gates = nn.Linear(config.projection_dim, 4 * config.lstm_dim, bias=False)
         self.hidden_to_gates = nn.Linear(config.projection_dim, 4 * config.lstm_dim)
         self.projection = nn.Linear(config.lstm_dim, config.projection_dim, bias=False)
         self.cell_clip = config.cell_clip
         self.projection_clip = config.projection_clip
 
+    def step(self, gate_inputs: torch.Tensor, state: LstmState) -> LstmState:
+        """One time step: `input_to_gates(x)` `(rows, 4 * lstm_dim)` and the state `(h, c)`, `(rows, projection_dim)`
+        and `(rows, lstm_dim)` -> the new state."""
+        hidden, cell = state
+        input_gate, forget_gate, candidate, output_gate = (gate_inputs + self.hidden_to_gates(hidden)).chunk(4, -1)
+        cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(candidate)
+        if self.cell_clip is not None:
+            cell = cell.clamp(-self.cell_clip, self.cell_clip)
+        hidden = self.projection(torch.sigmoid(output_gate) * torch.tanh(cell))
+        if self.projection_clip is not None:
+            hidden = hidden.clamp(-self.projection_clip, self.projection_clip)
+        return hidden, cell
+
     def forward(
         self, inputs: torch.Tensor, batch_sizes: list[int], initial_state: LstmState
     ) -> tuple[torch.Tensor, LstmState]:
-        """`(num_positions, projection_dim)` packed time-major (see `lstm_with_projection`), in this direction's time
-        order. Without autograd on CPU the recurrent weights, multiplied by a few rows at every step, also go in
-        oneDNN's layout (`onednn_weight`); the input-to-gate products have hundreds of rows and gain nothing by it."""
-        onednn_weights = None
-        if all(onednn_linear_available(tensor, self.hidden_to_gates.weight) for tensor in (inputs, *initial_state)):
-            onednn_weights = (onednn_weight(self.hidden_to_gates.weight), onednn_weight(self.projection.weight))
-        return lstm_with_projection(
-            inputs,
-            batch_sizes,
-            self.input_to_gates.weight,
-            self.hidden_to_gates.weight,
-            self.hidden_to_gates.bias,
-            self.projection.weight,
-            initial_state,
-            self.cell_clip,
-            self.projection_clip,
-            onednn_weights,
-        )
+        """Runs this direction over a packed, length-sorted batch, state in and state out.
 
+        The inputs are packed time-major, as in `torch.nn.utils.rnn.PackedSequence`: step `t` holds the first
+        `batch_sizes[t]` rows of the length-sorted batch, so no work is spent on padding and the active batch shrinks
+        as sentences end.
 
+        Args:
+            inputs: `(num_positions, projection_dim)` in this direction's time order; `num_positions =
+                sum(batch_sizes)`.
+            batch_sizes: number of rows still running at each step (non-increasing, one entry per step).
+            initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`, rows sorted
+                as the batch.
+
+        Returns:
+            The outputs `(num_positions, projection_dim)`, packed as the inputs, and the final `(h, c)` of every row
+            (the state after its own last step).
+        """
+        if use_cpu_kernels(self, inputs, *initial_state):
+            return lstm_with_projection(self, inputs, batch_sizes, initial_state)
+        gate_inputs = self.input_to_gates(inputs)
+        hidden, cell = initial_state
+        outputs, finished = [], []
+        position = 0
+        for active in batch_sizes:
+            if active < hidden.shape[0]:
+                finished.append((hidden[active:], cell[active:]))
+                hidden, cell = hidden[:active], cell[:active]
+            hidden, cell = self.step(gate_inputs[position : position + active], (hidden, cell))
+            outputs.append(hidden)
+            position += active
+        finished.append((hidden, cell))
+        # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
+        final_hidden, final_cell = (torch.cat(parts[::-1]) for parts in zip(*finished))
+        return torch.cat(outputs), (final_hidden, final_cell)
 class ElmoLstmLayer(nn.Module):
     """One biLSTM layer: independent forward and backward cells, each fed its own direction's previous layer."""
 
@@ -437,6 +282,46 @@ class ElmoBiLm(nn.Module):
         return layer_outputs, (torch.stack(final_hidden)[:, unsort], torch.stack(final_cell)[:, unsort])
 
 
+
+# The module types each kernel of `cpu_kernels.py` reads (and whose forward it replaces), for `use_cpu_kernels`.
+CPU_KERNEL_MODULE_TYPES = {
+    ElmoCharacterEncoder: (
+        ElmoCharacterEncoder,
+        ElmoCharCnn,
+        ElmoHighway,
+        ElmoHighwayLayer,
+        nn.Embedding,
+        nn.Conv1d,
+        nn.Linear,
+        nn.ModuleList,
+    ),
+    ElmoLstmCellWithProjection: (ElmoLstmCellWithProjection, nn.Linear),
+}
+
+
+def word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """`(batch_size, sequence_length)` bool: the given attention mask, or the rows with any non-zero character id."""
+    return attention_mask.bool() if attention_mask is not None else (input_ids > 0).any(-1)
+
+
+def words_first_order(mask: torch.Tensor) -> torch.Tensor | None:
+    """Per row, the positions of its words in order, then its padding; `None` when every row is right-padded already.
+
+    `gather_words(tensor, order)` moves left padding (or holes in the mask) behind the words;
+    `gather_words(tensor, order.argsort(1))` undoes it.
+    """
+    lengths = mask.sum(1, keepdim=True)
+    if bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths)).all()):
+        return None
+    return (~mask).to(torch.int8).argsort(dim=1, stable=True)
+
+
+def gather_words(tensor: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """`tensor` `(batch_size, sequence_length, ...)` with each row's words taken in `order` `(batch_size,
+    sequence_length)`."""
+    index = order.view(*order.shape, *(1,) * (tensor.dim() - 2)).expand_as(tensor)
+    return tensor.gather(1, index)
+
 @dataclass
 class ElmoModelOutput(ModelOutput):
     r"""
@@ -468,11 +353,19 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
 
+    def __init__(self, config: ElmoConfig, *inputs, **kwargs):
+        # Fields are checked as they are set, the constraints between them (e.g. scalar_mix_parameters against
+        # num_layers) only as a whole: check again before any module reads the config.
+        config.validate()
+        super().__init__(config, *inputs, **kwargs)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
         super()._init_weights(module)
         if isinstance(module, ElmoScalarMix):
             module.reset_parameters()
+        if isinstance(module, ElmoModel):
+            init.copy_(module.boundary_char_ids, module.boundary_char_ids_of(module.config))
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -494,19 +387,26 @@ class ElmoModel(ElmoPreTrainedModel):
     row of character ids per word. By default every call starts from zero LSTM states (stateless, deterministic); pass
     `lstm_state` to start from a previous call's `output_lstm_state` as the original, stateful implementations do.
 
-    Speed: no work is spent on padding, the character CNN runs once per distinct word of the batch, and without
-    autograd (`torch.inference_mode()`) the CPU matrix products go through oneDNN, with the recurrent weights reordered
-    once into its layout, or MKL for single rows (see `linear`); training uses the same code with autograd. Long
-    inputs: there is no length limit; the character CNN runs on chunks of `ElmoCharacterEncoder.chunk_size` words and
-    the input-to-gate products on blocks of `GATE_INPUT_BLOCK_ROWS` rows, so memory grows linearly with the number of
-    words (a 5,000-word document is one call).
+    Speed: no work is spent on padding, the character CNN runs once per distinct word of the batch (a word's token
+    vector does not depend on its context), and on CPU without autograd (`torch.inference_mode()`) the token layer
+    and the LSTM cells run the kernels of `cpu_kernels.py` (see `use_cpu_kernels`; `config.elmo_implementation =
+    "eager"` turns them off). Long inputs: there is no length limit; the character CNN runs on chunks of
+    `ElmoCharacterEncoder.chunk_size` words, so memory grows linearly with the number of words (a 5,000-word document
+    is one call).
     """
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         self.token_encoder = ElmoCharacterEncoder(config)
         self.bilm = ElmoBiLm(config)
+        # (2, max_characters_per_token): the character ids of <S> and </S>, which the model adds to every sentence.
+        self.register_buffer("boundary_char_ids", self.boundary_char_ids_of(config), persistent=False)
         self.post_init()
+
+    @staticmethod
+    def boundary_char_ids_of(config: ElmoConfig) -> torch.Tensor:
+        chars = config.max_characters_per_token
+        return torch.tensor([word_to_char_ids(token, chars) for token in (BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN)])
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.token_encoder.char_embeddings
@@ -520,6 +420,17 @@ class ElmoModel(ElmoPreTrainedModel):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
+        if torch.iinfo(input_ids.dtype).max < self.config.char_vocab_size - 1:
+            raise TypeError(
+                f"input_ids has dtype {input_ids.dtype}, which cannot hold character ids up to "
+                f"{self.config.char_vocab_size - 1} (begin/end-of-word are 259/260), so its values have wrapped "
+                "around; keep the torch.long ids ElmoTokenizer returns."
+            )
+        if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+            raise TypeError(
+                f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
+                "return_tensors='pt' or pass torch.tensor(attention_mask)."
+            )
         chars = self.config.max_characters_per_token
         if input_ids.dim() != 3:
             raise ValueError(
@@ -533,11 +444,13 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"input_ids has {input_ids.shape[-1]} character ids per word, but this model reads "
                 f"max_characters_per_token={chars}; tokenize with ElmoTokenizer(max_characters_per_token={chars})."
             )
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.char_vocab_size):
-            raise ValueError(
-                f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
-                f"{int(input_ids.min())}..{int(input_ids.max())}); ELMo ids come from ElmoTokenizer."
-            )
+        if input_ids.numel():
+            low, high = int(input_ids.min()), int(input_ids.max())
+            if low < 0 or high >= self.config.char_vocab_size:
+                raise ValueError(
+                    f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
+                    f"{low}..{high}); ELMo ids come from ElmoTokenizer."
+                )
         if attention_mask is not None:
             if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
                 raise ValueError(
@@ -603,6 +516,7 @@ class ElmoModel(ElmoPreTrainedModel):
         if input_ids is None:
             raise ValueError("ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token).")
         self._check_inputs(input_ids, attention_mask)
+        input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
@@ -611,18 +525,12 @@ class ElmoModel(ElmoPreTrainedModel):
         lengths = mask.sum(1)
 
         # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
-        gather_order = words_first_order(mask)
-        if gather_order is not None:
-            input_ids = input_ids.gather(1, gather_order.unsqueeze(-1).expand_as(input_ids))
-            mask = mask.gather(1, gather_order)
+        order = words_first_order(mask)
+        if order is not None:
+            input_ids, mask = gather_words(input_ids, order), gather_words(mask, order)
 
         # The char CNN runs once per distinct word of the batch (and the two boundary tokens), never on padding.
-        chars = self.config.max_characters_per_token
-        boundary_ids = torch.tensor(
-            [word_to_char_ids(BEGIN_SENTENCE_TOKEN, chars), word_to_char_ids(END_SENTENCE_TOKEN, chars)],
-            device=input_ids.device,
-        )
-        words = torch.cat([boundary_ids, input_ids[mask]])
+        words = torch.cat([self.boundary_char_ids.to(input_ids), input_ids[mask]])
         distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
         embeddings = self.token_encoder(distinct_ids)[occurrences]
         begin_embedding, end_embedding, word_embeddings = embeddings[0], embeddings[1], embeddings[2:]
@@ -638,9 +546,8 @@ class ElmoModel(ElmoPreTrainedModel):
         keep = mask.unsqueeze(-1).to(tokens.dtype)
         layers = [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
         layers = [layer[:, 1 : sequence_length + 1] * keep for layer in layers]
-        if gather_order is not None:
-            restore = gather_order.argsort(dim=1).unsqueeze(-1).expand(-1, -1, layers[0].shape[-1])
-            layers = [layer.gather(1, restore) for layer in layers]
+        if order is not None:
+            layers = [gather_words(layer, order.argsort(dim=1)) for layer in layers]
 
         if output_lstm_state and lstm_state is not None and lstm_state[0].shape[1] > batch_size:
             final_state = tuple(
@@ -797,9 +704,11 @@ class ElmoTaskEncoder(nn.Module):
     def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch_size, sequence_length, hidden_size)` -> `(batch_size, sequence_length, 2 * task_lstm_dim)`, zero at
         padding."""
+        if features.shape[1] == 0:  # only texts without words: nothing to run (an LSTM cannot pack zero steps)
+            return features.new_zeros(*features.shape[:2], 2 * self.lstm.hidden_size)
         order = words_first_order(mask)
         if order is not None:
-            features = features.gather(1, order.unsqueeze(-1).expand_as(features))
+            features = gather_words(features, order)
         lengths = mask.sum(1).clamp(min=1).cpu()
         packed = nn.utils.rnn.pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
         packed_outputs, _ = self.lstm(packed)
@@ -807,33 +716,39 @@ class ElmoTaskEncoder(nn.Module):
             packed_outputs, batch_first=True, total_length=features.shape[1]
         )
         if order is not None:
-            outputs = outputs.gather(1, order.argsort(1).unsqueeze(-1).expand(-1, -1, outputs.shape[-1]))
+            outputs = gather_words(outputs, order.argsort(1))
         return outputs * mask.unsqueeze(-1).to(outputs.dtype)
 
 
 class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
-    """A task head: the biLM (frozen unless `config.freeze_bilm=False`), its own scalar mixes and a task encoder."""
+    """A task head: the biLM (frozen unless `config.freeze_bilm=False`), its own scalar mix of the biLM layers and a
+    task encoder; with `task_output_mix`, a second, independent mix concatenated to the task encoder's output."""
 
-    def __init__(self, config: ElmoConfig, num_mixes: int):
+    def __init__(self, config: ElmoConfig, task_output_mix: bool = False):
         super().__init__(config)
         self.elmo = ElmoModel(config)
-        self.scalar_mixes = nn.ModuleList(
-            ElmoScalarMix(
-                config.num_layers + 1,
-                layer_norm=config.scalar_mix_layer_norm,
-                fixed_weights=config.scalar_mix_parameters,
-                dropout=config.elmo_dropout,
-                l2_coefficient=config.scalar_mix_l2_coefficient,
-            )
-            for _ in range(num_mixes)
-        )
+        self.scalar_mix = self._scalar_mix(config)
         self.task_encoder = ElmoTaskEncoder(config) if config.task_lstm_dim is not None else None
+        self.task_output_scalar_mix = self._scalar_mix(config) if task_output_mix else None
         self._set_trainable()
+
+    @staticmethod
+    def _scalar_mix(config: ElmoConfig) -> ElmoScalarMix:
+        return ElmoScalarMix(
+            config.num_layers + 1,
+            layer_norm=config.scalar_mix_layer_norm,
+            fixed_weights=config.scalar_mix_parameters,
+            dropout=config.elmo_dropout,
+            l2_coefficient=config.scalar_mix_l2_coefficient,
+        )
+
+    def _scalar_mixes(self) -> list[ElmoScalarMix]:
+        return [mix for mix in (self.scalar_mix, self.task_output_scalar_mix) if mix is not None]
 
     def _set_trainable(self):
         """Freezes the biLM (unless `config.freeze_bilm=False`) and fixed mix weights."""
         self.elmo.requires_grad_(not self.config.freeze_bilm)
-        for mix in self.scalar_mixes:
+        for mix in self._scalar_mixes():
             mix.requires_grad_(mix.fixed_weights is None)
 
     @classmethod
@@ -858,32 +773,50 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
     def _elmo_features(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, output_hidden_states: bool | None
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
-        """Runs the biLM once and every mix: (features, word mask, biLM layers)."""
+        """Runs the biLM once and every mix: (features, word mask, the biLM layers if `output_hidden_states` (default
+        `config.output_hidden_states`) else `None`)."""
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_bilm):
             layers = self.elmo(
                 input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True
             ).hidden_states
         mask = word_mask(input_ids, attention_mask)
-        features = self.scalar_mixes[0](layers, mask)
+        features = self.scalar_mix(layers, mask)
         if self.task_encoder is not None:
             features = self.task_encoder(features, mask)
-            if len(self.scalar_mixes) > 1:
-                features = torch.cat([features, self.scalar_mixes[1](layers, mask)], dim=-1)
-        return features, mask, layers
+        if self.task_output_scalar_mix is not None:
+            features = torch.cat([features, self.task_output_scalar_mix(layers, mask)], dim=-1)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        return features, mask, layers if output_hidden_states else None
 
     def _feature_dim(self) -> int:
         if self.task_encoder is None:
             return self.config.hidden_size
-        extra = self.config.hidden_size if len(self.scalar_mixes) > 1 else 0
+        extra = self.config.hidden_size if self.task_output_scalar_mix is not None else 0
         return 2 * self.config.task_lstm_dim + extra
 
     def _l2_penalty(self, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None) -> torch.Tensor:
         """The mixes' L2 penalty, scaled by this batch's share of `num_items_in_batch` (Trainer counts the labels
         that are not -100 over all accumulated batches) so that gradient accumulation adds it once per step."""
-        penalty = sum(mix.l2_penalty() for mix in self.scalar_mixes)
+        penalty = sum(mix.l2_penalty() for mix in self._scalar_mixes())
         if num_items_in_batch is None:
             return penalty
         return penalty * labels.ne(-100).sum() / num_items_in_batch
+
+    @staticmethod
+    def _check_labels_type(labels: torch.Tensor):
+        if not isinstance(labels, torch.Tensor):
+            raise TypeError(
+                f"labels must be a torch.Tensor, got {type(labels).__name__}; pass torch.tensor(labels) (the data "
+                "collators return tensors)."
+            )
+
+    @staticmethod
+    def _loss_without_labelled_items(logits: torch.Tensor) -> torch.Tensor:
+        """The loss of a batch without a labelled item (texts without words, or every label -100): zero, with zero
+        gradients. The stock mean, or sum over `num_items_in_batch = 0`, is 0/0, and its NaN gradient would spoil
+        every weight it reaches."""
+        return logits.sum() * 0.0
 
     def _check_label_ids(self, labels: torch.Tensor):
         valid = (labels == -100) | ((labels >= 0) & (labels < self.config.num_labels))
@@ -900,8 +833,9 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
     concatenated to its output) -> linear. For tagging (POS, NER, chunking)."""
 
     def __init__(self, config: ElmoConfig):
-        mixes = 2 if config.task_lstm_dim is not None and config.concatenate_elmo_to_task_output else 1
-        super().__init__(config, num_mixes=mixes)
+        super().__init__(
+            config, task_output_mix=config.task_lstm_dim is not None and config.concatenate_elmo_to_task_output
+        )
         self.num_labels = config.num_labels
         self.classifier = nn.Linear(self._feature_dim(), config.num_labels)
         self.post_init()
@@ -926,10 +860,11 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
             output_hidden_states (`bool`, *optional*):
                 Return the biLM's `num_layers + 1` layers.
         """
-        features, mask, layers = self._elmo_features(input_ids, attention_mask, output_hidden_states)
+        features, mask, hidden_states = self._elmo_features(input_ids, attention_mask, output_hidden_states)
         logits = self.classifier(features)
         loss = None
         if labels is not None:
+            self._check_labels_type(labels)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(
                     f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
@@ -938,7 +873,9 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
             self._check_label_ids(labels)
             loss = self.loss_function(logits, labels, self.config, **kwargs)
             loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
-        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=layers if output_hidden_states else None)
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
 
 class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
@@ -946,7 +883,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
     -> linear. Single-label, multi-label and regression, chosen by `config.problem_type` as in transformers."""
 
     def __init__(self, config: ElmoConfig):
-        super().__init__(config, num_mixes=1)
+        super().__init__(config)
         self.num_labels = config.num_labels
         self.classifier = nn.Linear(2 * self._feature_dim(), config.num_labels)
         self.post_init()
@@ -972,11 +909,14 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
             output_hidden_states (`bool`, *optional*):
                 Return the biLM's `num_layers + 1` layers.
         """
-        features, mask, layers = self._elmo_features(input_ids, attention_mask, output_hidden_states)
+        features, mask, hidden_states = self._elmo_features(input_ids, attention_mask, output_hidden_states)
+        # A text without words pools to zeros, so its logits are the classifier's bias, alone or in any batch.
         keep = mask.unsqueeze(-1)
         mean = (features * keep).sum(1) / keep.sum(1).clamp(min=1)
-        maximum = features.masked_fill(~keep, float("-inf")).amax(1)
-        maximum = maximum.masked_fill(~keep.any(1), 0.0)
+        if features.shape[1] == 0:
+            maximum = features.new_zeros(features.shape[0], features.shape[2])
+        else:
+            maximum = features.masked_fill(~keep, float("-inf")).amax(1).masked_fill(~keep.any(1), 0.0)
         logits = self.classifier(torch.cat([mean, maximum], dim=-1))
         loss = None
         if labels is not None:
@@ -988,9 +928,17 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 # sums over it, as the cross-entropy is, so gradient accumulation matches one large batch.
                 loss = loss * labels.ne(-100).sum() / num_items_in_batch
             loss = loss + self._l2_penalty(labels, num_items_in_batch)
-        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=layers if output_hidden_states else None)
+            if not bool(labels.ne(-100).any()):
+                loss = self._loss_without_labelled_items(logits)
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
     def _check_sequence_labels(self, labels: torch.Tensor, batch_size: int):
+        self._check_labels_type(labels)
+        if labels.dim() == 0:
+            raise ValueError(
+                "labels is a 0-dim tensor; it needs a batch axis, shape (batch_size,) or (batch_size, num_labels), "
+                "e.g. torch.tensor([label]) for one sentence."
+            )
         if labels.shape[0] != batch_size:
             raise ValueError(f"labels has {labels.shape[0]} rows for a batch of {batch_size} sentences.")
         if labels.dtype.is_floating_point:
@@ -1014,5 +962,4 @@ __all__ = [
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
     "ElmoScalarMix",
-    "lstm_with_projection",
 ]

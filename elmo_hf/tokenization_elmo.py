@@ -13,6 +13,7 @@
 # limitations under the License.
 """Character-level tokenizer for ELMo: one row of UTF-8 byte ids per word."""
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,9 @@ CHAR_VOCAB_SIZE = 262
 
 BEGIN_SENTENCE_TOKEN = "<S>"
 END_SENTENCE_TOKEN = "</S>"
+
+# Code points that UTF-8 cannot encode; in a Python str they are always unpaired.
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 # Names of the word-structure characters in the character vocabulary (bytes are named by `chr(byte)`).
 _NAMED_CHARS = {"<bow>": BEGIN_WORD_CHAR_ID, "<eow>": END_WORD_CHAR_ID, "<char_pad>": PADDING_WITHIN_WORD_CHAR_ID}
@@ -210,8 +214,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return 2 if self.add_bos_eos else 0
 
     def _split_words(self, text: str) -> list[tuple[str, tuple[int, int]]]:
-        """Split raw text into words with their `(start, end)` character offsets in `text`."""
-        return self._pre_tokenizer.pre_tokenize_str(text)
+        """Split raw text into words with their `(start, end)` character offsets in `text`.
+
+        The splitter cannot read lone surrogates (from `errors="surrogateescape"` decoding or JSON `"\\ud800"`), so
+        it sees U+FFFD in their place: one character as well, neither space nor punctuation, so the offsets hold for
+        `text`, and each word is `text[start:end]` (its surrogates, like the original's, then give no bytes).
+        """
+        spans = self._pre_tokenizer.pre_tokenize_str(_LONE_SURROGATE.sub("\ufffd", text))
+        return [(text[start:end], (start, end)) for _, (start, end) in spans]
 
     def tokenize(self, text: str, **kwargs) -> list[str]:
         """Split raw text into the words that become rows of `input_ids`."""
@@ -300,6 +310,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
         word_ids: list[int | None] = list(range(len(words)))
         add_boundaries = add_special_tokens and self.add_bos_eos
         if truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None:
+            if add_boundaries and max_length < 2:
+                raise ValueError(
+                    f"max_length={max_length} cannot hold the <S> and </S> rows that add_bos_eos=True adds; use "
+                    "max_length >= 2 (it counts them) or add_special_tokens=False."
+                )
             keep = max(max_length - (2 if add_boundaries else 0), 0)
             kept = slice(max(len(words) - keep, 0), None) if self.truncation_side == "left" else slice(keep)
             words, offsets, word_ids = words[kept], offsets[kept], word_ids[kept]
@@ -446,7 +461,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if isinstance(encoded_inputs, Mapping) and _scalar_depth(encoded_inputs.get("input_ids")) == 2:
             padded = super().pad({key: [value] for key, value in encoded_inputs.items()}, **pad_kwargs)
             return BatchEncoding({key: value[0] for key, value in padded.items()})
-        return super().pad(encoded_inputs, **pad_kwargs)
+        padded = super().pad(encoded_inputs, **pad_kwargs)
+        if return_tensors is not None:  # a batch of examples without words (data collators) keeps its word axes
+            _restore_empty_axes(padded, self.max_characters_per_token)
+        return padded
 
     def _pad(
         self,
@@ -496,11 +514,18 @@ def _special_token(token: str | AddedToken) -> AddedToken:
 
 
 def _restore_empty_axes(encoding: BatchEncoding, max_characters_per_token: int) -> None:
-    """Give tensors of examples without words their trailing axes, e.g. `input_ids` `(1, 0)` -> `(1, 0, 50)`."""
-    for key, width in (("input_ids", max_characters_per_token), ("offset_mapping", 2)):
+    """Give tensors of examples without words (or of an empty batch) their full shape, e.g. `input_ids` `(1, 0)` ->
+    `(1, 0, 50)` and `attention_mask` `(0,)` -> `(0, 0)`."""
+    trailing_axes = {
+        "input_ids": (max_characters_per_token,),
+        "offset_mapping": (2,),
+        "attention_mask": (),
+        "special_tokens_mask": (),
+    }
+    for key, axes in trailing_axes.items():
         value = encoding.get(key)
-        if value is not None and value.ndim < 3 and 0 in value.shape:
-            encoding[key] = value.reshape(value.shape[0], 0, width)
+        if value is not None and value.ndim < 2 + len(axes) and 0 in value.shape:
+            encoding[key] = value.reshape(value.shape[0], 0, *axes)
 
 
 __all__ = ["ElmoTokenizer"]

@@ -17,6 +17,15 @@ from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_SETS = ("allennlp", "bilm-tf")
+# A batch with empty rows, repeated words, a one-word sentence and non-ASCII text.
+MIXED_SENTENCES = [
+    ["The", "cat", "sat", "on", "the", "mat", "."],
+    [],
+    ["the"],
+    ["Dogs", "bark", "the", "the", "cat", "Dogs"],
+    ["Über", "naïve", "café", "😀"],
+    [],
+]
 
 
 def tiny_config(**overrides) -> ElmoConfig:
@@ -31,6 +40,11 @@ def tiny_config(**overrides) -> ElmoConfig:
     )
     fields.update(overrides)
     return ElmoConfig(**fields)
+
+
+def encode(tokenizer: ElmoTokenizer, sentences: list[list[str]], **kwargs) -> dict[str, torch.Tensor]:
+    """Pre-split sentences as a padded batch of tensors."""
+    return tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt", **kwargs)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""conversion/convert.py: the folder it writes, remote-code loading, and every bad checkpoint."""
+"""elmo-hf convert: the folder it writes, remote-code loading, and every bad checkpoint."""
 
 import json
 import os
@@ -13,8 +13,9 @@ import pytest
 import torch
 from conftest import FIXTURES
 
-from elmo_hf.conversion.convert import ConversionError, convert, main
 from elmo_hf import ElmoModel, ElmoTokenizer
+from elmo_hf.conversion.checkpoint import ConversionError
+from elmo_hf.conversion.convert import convert, main
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = FIXTURES / "allennlp" / "options.json"
@@ -174,9 +175,9 @@ def test_bad_checkpoints_are_refused_before_writing(tmp_path, make_options, make
 
 def test_wrong_layout_fails_validation_and_leaves_nothing(tmp_path, monkeypatch):
     """A converter that got the gate order wrong is caught by the reference check, and nothing is written."""
-    import elmo_hf.conversion.convert
+    import elmo_hf.conversion.checkpoint
 
-    monkeypatch.setattr(elmo_hf.conversion.convert, "TF_TO_TORCH_GATES", (0, 1, 2, 3))
+    monkeypatch.setattr(elmo_hf.conversion.checkpoint, "TF_TO_TORCH_GATES", (0, 1, 2, 3))
     output = tmp_path / "out"
     with pytest.raises(ConversionError, match="differs from the reference computation in layer 1"):
         convert(OPTIONS, WEIGHTS, output)

@@ -1,126 +1,150 @@
-"""The fast inference path: equal to a plain step-by-step computation, trainable, bounded on long inputs."""
+"""The CPU kernels (`cpu_kernels.py`): equal to the reference modules, taken only where they compute the same thing,
+never serving stale weights, bounded on long inputs."""
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import MIXED_SENTENCES as SENTENCES
+from conftest import encode, tiny_config
+from torch import nn
 
-from benchmarks.plain_elmo import plain_elmo_layers
-from elmo_hf import ElmoModel, modeling_elmo
-from elmo_hf.modeling_elmo import linear, onednn_linear_available, onednn_weight
-
-SENTENCES = [
-    ["The", "cat", "sat", "on", "the", "mat", "."],
-    [],
-    ["the"],
-    ["Dogs", "bark", "the", "the", "cat", "Dogs"],
-    ["Über", "naïve", "café", "😀"],
-    [],
-]
+from elmo_hf import ElmoConfig, ElmoModel, cpu_kernels, modeling_elmo
+from elmo_hf.cpu_kernels import CpuLinear, ReorderTimings
 
 
-def encode(tokenizer, sentences, **kwargs):
-    return tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt", **kwargs)
+def eager_copy(model: ElmoModel) -> ElmoModel:
+    """A model with the same weights that always runs the reference modules."""
+    reference = ElmoModel(tiny_config(**model.config.to_diff_dict())).to(next(model.parameters()).dtype).eval()
+    reference.config.elmo_implementation = "eager"
+    reference.load_state_dict(model.state_dict())
+    return reference
 
 
-def test_linear_uses_onednn_only_without_autograd_and_agrees_with_addmm():
-    torch.manual_seed(0)
-    inputs, weight, bias, add = torch.randn(5, 7), torch.randn(11, 7, requires_grad=True), torch.randn(11), None
-    add = torch.randn(5, 11)
-    expected = torch.addmm(bias, inputs, weight.detach().t()) + add
-    with torch.inference_mode():
-        assert onednn_linear_available(inputs, weight) == torch.backends.mkldnn.is_available()
-        torch.testing.assert_close(linear(inputs, weight, bias, add=add), expected, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(linear(inputs, weight), inputs @ weight.t(), atol=1e-5, rtol=1e-5)
-    assert not onednn_linear_available(inputs, weight)
-    assert not onednn_linear_available(inputs.double(), weight.detach().double())
-    outputs = linear(inputs, weight, bias, add=add)
-    assert outputs.requires_grad
-    torch.testing.assert_close(outputs, expected)
+@pytest.fixture
+def kernel_calls(monkeypatch) -> list[str]:
+    """The names of the kernels `modeling_elmo` runs, in call order."""
+    calls = []
+    for name in ("encode_words", "lstm_with_projection"):
+        kernel = getattr(modeling_elmo, name)
+        monkeypatch.setattr(
+            modeling_elmo, name, lambda *args, kernel=kernel, name=name: calls.append(name) or kernel(*args)
+        )
+    return calls
 
 
-def test_onednn_weight_is_reordered_once_and_remade_when_the_weight_changes():
-    torch.manual_seed(0)
-    weight, inputs = torch.nn.Parameter(torch.randn(11, 7)), torch.randn(5, 7)
-    with torch.inference_mode():
-        packed = onednn_weight(weight)
-        assert onednn_weight(weight) is packed
-        expected = inputs @ weight.t()
-        torch.testing.assert_close(linear(inputs, weight, weight_onednn=packed), expected, atol=1e-5, rtol=1e-5)
-    with torch.no_grad():
-        weight.mul_(2)  # an in-place update, as an optimizer step
-    with torch.inference_mode():
-        assert onednn_weight(weight) is not packed
-        updated = linear(inputs, weight, weight_onednn=onednn_weight(weight))
-        torch.testing.assert_close(updated, inputs @ weight.t(), atol=1e-5, rtol=1e-5)
-        inference_weight = torch.randn(11, 7)
-        assert onednn_weight(inference_weight) is inference_weight  # inference tensors have no version to track
+def assert_layers_close(actual, expected, atol=1e-5):
+    for actual_layer, expected_layer in zip(actual, expected, strict=True):
+        torch.testing.assert_close(actual_layer.to(expected_layer.dtype), expected_layer, atol=atol, rtol=0)
 
 
-def test_inference_follows_weight_updates_and_loaded_weights(tokenizer):
-    """The oneDNN copies of the LSTM weights never go stale: after an optimizer step or `load_state_dict`, inference
-    equals a fresh model holding the same weights."""
-    torch.manual_seed(0)
-    model, inputs = ElmoModel(tiny_config()).eval(), encode(tokenizer, SENTENCES)
-    with torch.inference_mode():
-        model(**inputs)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for parameter in model.parameters():
-        parameter.grad = torch.randn_like(parameter)
-    optimizer.step()
-    fresh = ElmoModel(tiny_config()).eval()
-    fresh.load_state_dict(model.state_dict())
-    with torch.inference_mode():
-        torch.testing.assert_close(model(**inputs).last_hidden_state, fresh(**inputs).last_hidden_state)
-        torch.manual_seed(1)
-        model.load_state_dict(ElmoModel(tiny_config()).state_dict())
-        fresh.load_state_dict(model.state_dict())
-        torch.testing.assert_close(model(**inputs).last_hidden_state, fresh(**inputs).last_hidden_state)
-
-
-def test_fast_path_equals_the_plain_step_by_step_computation(tiny_model, tokenizer):
-    inputs = encode(tokenizer, SENTENCES)
-    with torch.inference_mode():
-        layers = tiny_model(**inputs, output_hidden_states=True).hidden_states
-        for row, words in enumerate(SENTENCES):
-            if words:
-                char_ids = tokenizer(words, is_split_into_words=True, return_tensors="pt")["input_ids"][0]
-                for fast, plain in zip(layers, plain_elmo_layers(tiny_model, char_ids)):
-                    torch.testing.assert_close(fast[row, : len(words)], plain, atol=1e-5, rtol=0)
-            assert all(torch.all(layer[row, len(words) :] == 0) for layer in layers)
-
-
-def test_fast_path_equals_the_autograd_path_in_float64_statefully(tiny_model, tokenizer):
-    """Inference (oneDNN, float32) against the training path (autograd, `F.linear`) on a float64 copy, threading
-    `lstm_state` through three batches of different sizes."""
-    reference = ElmoModel(tiny_config()).double()
-    reference.load_state_dict(tiny_model.state_dict())
-    batches = [SENTENCES, SENTENCES[3:], SENTENCES[:4][::-1]]
+def test_kernels_equal_the_reference_statefully(tiny_model, tokenizer, kernel_calls):
+    """All layers and the state, threading `lstm_state` through batches of different sizes."""
+    reference = eager_copy(tiny_model)
     fast_state = reference_state = None
-    for sentences in batches:
+    for sentences in (SENTENCES, SENTENCES[3:], SENTENCES[:4][::-1]):
         inputs = encode(tokenizer, sentences)
         with torch.inference_mode():
             fast = tiny_model(**inputs, lstm_state=fast_state, output_lstm_state=True, output_hidden_states=True)
-        plain = reference(**inputs, lstm_state=reference_state, output_lstm_state=True, output_hidden_states=True)
-        assert plain.last_hidden_state.requires_grad
-        for fast_layer, plain_layer in zip(fast.hidden_states, plain.hidden_states):
-            torch.testing.assert_close(fast_layer.double(), plain_layer.detach(), atol=1e-5, rtol=0)
-        for fast_part, plain_part in zip(fast.lstm_state, plain.lstm_state):
-            torch.testing.assert_close(fast_part.double(), plain_part.detach(), atol=1e-5, rtol=0)
-        fast_state, reference_state = fast.lstm_state, tuple(part.detach() for part in plain.lstm_state)
+            kernels_run = len(kernel_calls)
+            plain = reference(**inputs, lstm_state=reference_state, output_lstm_state=True, output_hidden_states=True)
+        assert kernels_run == 1 + 2 * 2 and len(kernel_calls) == kernels_run  # token layer and 4 cells; eager: none
+        assert_layers_close(fast.hidden_states, plain.hidden_states)
+        assert_layers_close(fast.lstm_state, plain.lstm_state)
+        fast_state, reference_state = fast.lstm_state, plain.lstm_state
+        kernel_calls.clear()
 
 
-def test_gradients_flow_in_training_mode_and_match_inference(tokenizer):
-    torch.manual_seed(0)
-    model = ElmoModel(tiny_config()).train()
+def test_kernels_equal_a_float64_reference_with_autograd(tiny_model, tokenizer):
+    reference = ElmoModel(tiny_config()).double()
+    reference.load_state_dict(tiny_model.state_dict())
     inputs = encode(tokenizer, SENTENCES)
-    outputs = model(**inputs, output_hidden_states=True)
-    assert outputs.last_hidden_state.requires_grad
-    sum(layer.pow(2).sum() for layer in outputs.hidden_states).backward()
-    for name, parameter in model.named_parameters():
-        assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
     with torch.inference_mode():
-        inference = model(**inputs).last_hidden_state
-    torch.testing.assert_close(inference, outputs.last_hidden_state.detach(), atol=1e-5, rtol=0)
+        fast = tiny_model(**inputs, output_hidden_states=True).hidden_states
+    plain = reference(**inputs, output_hidden_states=True).hidden_states
+    assert plain[-1].requires_grad
+    assert_layers_close(fast, [layer.detach() for layer in plain])
+
+
+@pytest.mark.parametrize("name", ["small", "original"])
+def test_kernels_equal_the_reference_on_published_architectures(tokenizer, name):
+    """Random weights of the published shapes (where the kernels choose other products than for tiny ones)."""
+    shapes = {
+        "small": dict(lstm_dim=1024, projection_dim=128, num_highway_layers=1),
+        "original": dict(lstm_dim=4096, projection_dim=512, num_highway_layers=2),
+    }
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(**shapes[name])).eval()
+    reference = eager_copy(model)
+    inputs = encode(tokenizer, [["The", "cat", "sat", "."], ["Dogs", "bark", "loudly"], ["Hi"]])
+    with torch.inference_mode():
+        assert_layers_close(model(**inputs, output_hidden_states=True).hidden_states,
+                            reference(**inputs, output_hidden_states=True).hidden_states)
+
+
+def test_dispatcher_takes_the_kernels_only_where_they_compute_the_same(tiny_model, tokenizer, kernel_calls):
+    inputs = encode(tokenizer, SENTENCES)
+
+    def kernels_used(model=tiny_model, **kwargs) -> list[str]:
+        kernel_calls.clear()
+        model(**inputs, **kwargs)
+        return list(kernel_calls)
+
+    everything = ["encode_words"] + ["lstm_with_projection"] * 4
+    with torch.inference_mode():
+        assert kernels_used() == everything
+    with torch.no_grad():
+        assert kernels_used() == everything
+    assert kernels_used() == []  # autograd records the trainable weights
+    tiny_model.requires_grad_(False)
+    assert kernels_used() == everything  # nothing to record
+    tiny_model.requires_grad_(True)
+    with torch.inference_mode():
+        assert kernels_used(ElmoModel(tiny_config()).double().eval()) == []
+        tiny_model.config.elmo_implementation = "eager"
+        assert kernels_used() == []
+        tiny_model.config.elmo_implementation = "auto"
+        handle = tiny_model.token_encoder.highway.layers[0].gate.register_forward_hook(lambda *args: None)
+        assert kernels_used() == ["lstm_with_projection"] * 4
+        handle.remove()
+        handle = tiny_model.bilm.layers[1].backward_cell.register_forward_pre_hook(lambda *args: None)
+        assert kernels_used() == ["encode_words"] + ["lstm_with_projection"] * 3
+        handle.remove()
+        handle = nn.modules.module.register_module_forward_hook(lambda *args: None)
+        assert kernels_used() == []
+        handle.remove()
+        assert kernels_used() == everything
+
+
+def test_replaced_or_parametrized_layers_take_the_reference(tiny_model, tokenizer, kernel_calls):
+    """A subclass of `nn.Linear` (as wrappers and quantised layers are) or a parametrization is never bypassed."""
+
+    class ScaledLinear(nn.Linear):
+        def forward(self, inputs):
+            return 2 * super().forward(inputs)
+
+    inputs = encode(tokenizer, SENTENCES)
+    cell = tiny_model.bilm.layers[0].forward_cell
+    with torch.inference_mode():
+        before = tiny_model(**inputs).last_hidden_state
+    scaled = ScaledLinear(cell.projection.in_features, cell.projection.out_features, bias=False)
+    scaled.load_state_dict(cell.projection.state_dict())
+    cell.projection = scaled
+    kernel_calls.clear()
+    with torch.inference_mode():
+        changed = tiny_model(**inputs).last_hidden_state
+    assert kernel_calls == ["encode_words"] + ["lstm_with_projection"] * 3
+    assert not torch.allclose(changed, before)
+    torch.nn.utils.parametrize.register_parametrization(
+        tiny_model.token_encoder.projection, "weight", ZeroParametrization()
+    )
+    kernel_calls.clear()
+    with torch.inference_mode():
+        zero_tokens = tiny_model(**inputs, output_hidden_states=True).hidden_states[0]
+    assert "encode_words" not in kernel_calls and torch.all(zero_tokens == zero_tokens[0, 0, 0])
+
+
+class ZeroParametrization(nn.Module):
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(weight)
 
 
 def test_each_distinct_word_goes_through_the_char_cnn_once(tiny_model, tokenizer):
@@ -155,14 +179,13 @@ def test_blocks_of_words_and_of_gate_inputs_do_not_change_the_result(tiny_model,
     length); small chunks and blocks give the result of one chunk and one block."""
     inputs = encode(tokenizer, SENTENCES)
     with torch.inference_mode():
-        monkeypatch.setattr(modeling_elmo, "GATE_INPUT_BLOCK_ROWS", 3)
+        monkeypatch.setattr(cpu_kernels, "GATE_INPUT_BLOCK_ROWS", 3)
         monkeypatch.setattr(tiny_model.token_encoder, "chunk_size", 2)
         blocked = tiny_model(**inputs, output_hidden_states=True).hidden_states
-        monkeypatch.setattr(modeling_elmo, "GATE_INPUT_BLOCK_ROWS", 10**9)
+        monkeypatch.setattr(cpu_kernels, "GATE_INPUT_BLOCK_ROWS", 10**9)
         monkeypatch.setattr(tiny_model.token_encoder, "chunk_size", 10**9)
         whole = tiny_model(**inputs, output_hidden_states=True).hidden_states
-    for blocked_layer, whole_layer in zip(blocked, whole):
-        torch.testing.assert_close(blocked_layer, whole_layer, atol=1e-6, rtol=0)
+    assert_layers_close(blocked, whole, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
@@ -173,6 +196,51 @@ def test_other_dtypes_run_close_to_float32(tiny_model, tokenizer, dtype):
     with torch.inference_mode():
         expected = tiny_model(**inputs).last_hidden_state
         actual = other(**inputs, output_lstm_state=True)
+        assert_layers_close([actual.last_hidden_state], [eager_copy(other)(**inputs).last_hidden_state], atol=1e-2)
     assert actual.last_hidden_state.dtype == dtype and actual.lstm_state[1].dtype == dtype
     tolerance = 0.1 if dtype == torch.bfloat16 else 1e-5
     torch.testing.assert_close(actual.last_hidden_state.float(), expected, atol=tolerance, rtol=0)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 40, 300])
+@pytest.mark.parametrize("with_add", [False, True])
+def test_every_product_agrees_with_linear(rows, with_add):
+    torch.manual_seed(0)
+    weight, bias = torch.randn(24, 10), torch.randn(24)
+    inputs, add = torch.randn(rows, 10), torch.randn(rows, 24) if with_add else None
+    expected = nn.functional.linear(inputs, weight, bias) + (add if with_add else 0)
+    with torch.inference_mode():
+        for product in (
+            cpu_kernels.onednn_linear(inputs, weight, bias, add),
+            cpu_kernels.onednn_linear(inputs, cpu_kernels.reorder_weight(weight), bias, add),
+            CpuLinear(weight, bias)(inputs, add),
+        ):
+            torch.testing.assert_close(product, expected, atol=1e-5, rtol=1e-5)
+        recurrent = CpuLinear(weight, row_counts=[rows] * 10_000)
+        torch.testing.assert_close(recurrent(inputs, add), expected - bias, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(64, 8), (4 * 1024, 128), (128, 1024)])
+def test_reordered_weights_give_identical_bits_from_two_rows(shape):
+    """Why reordering may be decided by timing without costing determinism across processes: on the CPU at hand,
+    oneDNN's products from 2 rows up are bitwise identical on the plain and on the reordered weight (`ReorderTimings`
+    checks this per shape and row bucket and never reorders where it fails)."""
+    torch.manual_seed(0)
+    weight = torch.randn(*shape)
+    with torch.inference_mode():
+        for rows in (2, 3, 8, 64):
+            assert ReorderTimings.product(weight, rows) is not None
+            inputs, add = torch.randn(rows, shape[1]), torch.randn(rows, shape[0])
+            plain = cpu_kernels.onednn_linear(inputs, weight, None, add)
+            assert torch.equal(plain, cpu_kernels.onednn_linear(inputs, cpu_kernels.reorder_weight(weight), None, add))
+
+
+def test_reordering_happens_only_where_it_pays(monkeypatch):
+    weight = torch.randn(64, 32)
+    with torch.inference_mode():
+        monkeypatch.setitem(ReorderTimings.products, (64, 32, torch.float32, torch.get_num_threads(), 4), (2.0, 1.0))
+        monkeypatch.setitem(ReorderTimings.reorders, (64, 32, torch.float32, torch.get_num_threads()), 10.0)
+        assert CpuLinear(weight, row_counts=[4] * 9 + [1] * 100).reordered is None  # saves 9 s, costs 10 s
+        assert CpuLinear(weight, row_counts=[4] * 11).reordered is not None
+        assert CpuLinear(weight).reordered is None
+    assert any(line.startswith("64x32 float32") for line in ReorderTimings.summary())

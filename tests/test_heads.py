@@ -97,11 +97,11 @@ def test_two_mixes_share_one_bilm_run(inputs):
     calls = []
     model.elmo.register_forward_hook(lambda *args: calls.append(1))
     with torch.no_grad():
-        model.scalar_mixes[1].scalar_parameters.fill_(3.0)
+        model.task_output_scalar_mix.scalar_parameters.fill_(3.0)
         model(**inputs)
     assert len(calls) == 1
-    assert len(model.scalar_mixes) == 2
-    assert not torch.equal(model.scalar_mixes[0].scalar_parameters, model.scalar_mixes[1].scalar_parameters)
+    assert model.task_output_scalar_mix is not None
+    assert not torch.equal(model.scalar_mix.scalar_parameters, model.task_output_scalar_mix.scalar_parameters)
     assert model.classifier.in_features == 2 * 5 + model.config.hidden_size
 
 
@@ -116,7 +116,7 @@ def test_head_on_base_checkpoint_initialises_new_weights(converted, inputs):
     model = ElmoForTokenClassification.from_pretrained(
         converted["allennlp"], id2label=TAGS, task_lstm_dim=4, concatenate_elmo_to_task_output=True
     )
-    for mix in model.scalar_mixes:
+    for mix in (model.scalar_mix, model.task_output_scalar_mix):
         assert torch.equal(mix.scalar_parameters, torch.zeros(base.config.num_layers + 1))
         assert torch.equal(mix.gamma, torch.ones(1))
     weight = model.classifier.weight

@@ -194,14 +194,14 @@ def test_create_pr_with_a_branch(tmp_path, capsys):
 def test_create_pr_against_main_is_allowed(tmp_path, monkeypatch):
     pushes = []
 
-    def push_to_hub(folder, *args):
-        pushes.append((folder, args))
+    def push_to_hub(folder, *args, **kwargs):
+        pushes.append((folder, args, kwargs))
         return SimpleNamespace(pr_url="pull request", commit_url="commit")
 
     monkeypatch.setattr("elmo_hf.conversion.convert.push_to_hub", push_to_hub)
     assert main([*FIXTURE_ARGS, "--output", str(tmp_path / "out"), "--push-to-hub", "me/elmo", "--token", "hf_x",
                  "--create-pr", "--revision", "main"]) == 0
-    assert pushes == [(tmp_path / "out", ("me/elmo", "hf_x", None, "main", True))]
+    assert pushes == [(tmp_path / "out", ("me/elmo", "hf_x", None, "main", True), {"timeout": 60.0, "retries": 5})]
 
 
 def test_push_without_a_token(tmp_path, capsys, monkeypatch):
@@ -213,14 +213,17 @@ def test_push_without_a_token(tmp_path, capsys, monkeypatch):
 
 
 def test_failed_push_keeps_the_folder(tmp_path, capsys, monkeypatch):
-    def push_to_hub(*args):
+    def push_to_hub(*args, **kwargs):
         response = httpx2.Response(403, request=httpx2.Request("POST", "https://hub.invalid/api/repos/create"))
         raise HfHubHTTPError("403 Forbidden: no write access to me", response=response)
 
     monkeypatch.setattr("elmo_hf.conversion.convert.push_to_hub", push_to_hub)
     output = tmp_path / "out"
     assert main([*FIXTURE_ARGS, "--output", str(output), "--push-to-hub", "me/elmo", "--token", "hf_x"]) == 1
-    assert f"error: pushing {output} to me/elmo failed, the folder is kept: 403 Forbidden" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(
+        f"error: pushing to me/elmo failed (403 Forbidden: no write access to me). The converted folder is complete "
+        f"at {output}; push it later with: hf upload me/elmo {output}\n"
+    )
     assert (output / "model.safetensors").is_file()
 
 

@@ -1,25 +1,18 @@
-"""model_cards/: every released checkpoint's card, its Hub metadata, its facts, and how convert.py writes it."""
+"""elmo_hf/conversion/model_cards/: every released checkpoint's card, its Hub metadata, its facts, how elmo-hf convert
+writes it, and README.md's list of the checkpoints."""
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
 from huggingface_hub import ModelCard
 
-from elmo_hf.conversion.convert import (
-    MODEL_CARDS,
-    MODEL_CARDS_DIR,
-    ConversionError,
-    architecture_name,
-    convert,
-    convert_config,
-    main,
-    model_card,
-    original_shapes,
-    read_options,
-)
 from elmo_hf import ElmoConfig
+from elmo_hf.conversion.checkpoint import ConversionError, convert_config, original_shapes, read_options
+from elmo_hf.conversion.convert import convert, main
+from elmo_hf.conversion.hub import MODEL_CARDS, MODEL_CARDS_DIR, PLACEHOLDER_REPO_ID, architecture_name, model_card
 
 OPTIONS = FIXTURES / "allennlp" / "options.json"
 WEIGHTS = FIXTURES / "allennlp" / "lm_weights.hdf5"
@@ -109,12 +102,22 @@ def test_card_trainer_example_runs(name, converted, tmp_path):
 
 
 def test_generic_card(converted):
+    """Without --push-to-hub the usage code loads a neutral placeholder, never the local --output path."""
     text = (converted["allennlp"] / "README.md").read_text()
     data = ModelCard(text).data
     assert data.library_name == "transformers" and data.license == "apache-2.0" and data.language == "en"
     assert "elmo" in data.tags
     assert "# ELMo biLM (2x64_16_124cnn_2xhighway)" in text
-    assert f'from_pretrained("{converted["allennlp"]}", trust_remote_code=True)' in text
+    assert f'from_pretrained("{PLACEHOLDER_REPO_ID}", trust_remote_code=True)' in text
+    assert str(converted["allennlp"]) not in text and converted["allennlp"].name not in text
+
+
+def test_named_card_without_push_uses_the_placeholder(tmp_path, monkeypatch):
+    monkeypatch.setitem(MODEL_CARDS, "small", architecture_name(convert_config(read_options(OPTIONS))))
+    folder = convert(OPTIONS, WEIGHTS, tmp_path / "elmo-small", model_card_name="small")
+    readme = (folder / "README.md").read_text()
+    assert f'from_pretrained("{PLACEHOLDER_REPO_ID}", trust_remote_code=True)' in readme
+    assert str(tmp_path) not in readme
 
 
 def test_convert_writes_the_named_card(tmp_path, monkeypatch):
@@ -140,3 +143,22 @@ def test_card_for_another_architecture(tmp_path):
                                               r"checkpoint, but the options describe 2x64_16_124cnn_2xhighway"):
         convert(OPTIONS, WEIGHTS, tmp_path / "out", model_card_name="small")
     assert not (tmp_path / "out").exists()
+
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_CARDS))
+def test_readme_gives_each_checkpoint_its_addresses_and_command(name):
+    """README.md lists the download addresses and the convert command of each card, exactly as the card has them."""
+    card = (MODEL_CARDS_DIR / f"{name}.md").read_text()
+    options, weights = (re.search(rf"^- {kind}: <(https://\S+)>$", card, re.MULTILINE).group(1)
+                        for kind in ("options", "weights"))
+    assert options.endswith(f"elmo_{MODEL_CARDS[name]}{'_5.5B' if name == 'original-5.5B' else ''}_options.json")
+    assert weights == options.replace("_options.json", "_weights.hdf5")
+    commands = re.search(r"```bash\n(curl -LO .*?)```", card, re.DOTALL).group(1)
+    assert commands.splitlines()[:2] == [f"curl -LO {options}", f"curl -LO {weights}"]
+    assert f"elmo-hf convert --options {options.rsplit('/', 1)[1]} --weights {weights.rsplit('/', 1)[1]}" in commands
+    assert f"--output elmo-{name} --model-card {name}\n" in commands
+    assert f"# {name}\n{commands}" in README
+    assert f"| `{name}` | {MODEL_CARDS[name]} |" in README

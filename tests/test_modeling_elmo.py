@@ -2,16 +2,12 @@
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import encode, tiny_config
 
 from elmo_hf import ElmoConfig, ElmoModel
-from elmo_hf.modeling_elmo import lstm_with_projection
+from elmo_hf.modeling_elmo import ElmoLstmCellWithProjection
 
 SENTENCES = [["The", "cat", "sat", "."], ["Dogs", "bark"], ["Über", "naïve", "café", "😀", "x", "y"]]
-
-
-def encode(tokenizer, sentences, **kwargs):
-    return tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt", **kwargs)
 
 
 def test_output_shapes_and_padding_zeros(tiny_model, tokenizer):
@@ -115,21 +111,22 @@ def test_zero_state_equals_stateless(tiny_model, tokenizer):
         assert torch.equal(tiny_model(**inputs, lstm_state=zeros).last_hidden_state, tiny_model(**inputs).last_hidden_state)
 
 
-def test_lstm_with_projection_matches_a_plain_cell():
-    """The scan over a packed, length-sorted batch against a step-by-step loop per row."""
+@pytest.mark.parametrize("implementation", ["eager", "auto"])
+def test_lstm_cell_scan_matches_a_plain_cell(implementation):
+    """The scan over a packed, length-sorted batch against a step-by-step loop per row, on both paths."""
     torch.manual_seed(0)
-    input_dim, lstm_dim, projection_dim = 2, 5, 3
+    config = tiny_config(projection_dim=3, lstm_dim=5, cell_clip=0.5, projection_clip=0.7)
+    config.elmo_implementation = implementation
+    cell_module = ElmoLstmCellWithProjection(config)
     lengths, batch_sizes = [4, 2, 1], [3, 2, 1, 1]
-    inputs = [torch.randn(length, input_dim) for length in lengths]
+    inputs = [torch.randn(length, 3) for length in lengths]
     # Packed time-major: step t holds the rows still running at t.
     packed = torch.stack([inputs[row][step] for step, active in enumerate(batch_sizes) for row in range(active)])
-    input_weight = torch.randn(4 * lstm_dim, input_dim)
-    weight, bias = torch.randn(4 * lstm_dim, projection_dim), torch.randn(4 * lstm_dim)
-    projection = torch.randn(projection_dim, lstm_dim)
-    initial = (torch.randn(3, projection_dim), torch.randn(3, lstm_dim))
-    outputs, (hidden, cell) = lstm_with_projection(
-        packed, batch_sizes, input_weight, weight, bias, projection, initial, 0.5, 0.7
-    )
+    initial = (torch.randn(3, 3), torch.randn(3, 5))
+    with torch.no_grad():
+        outputs, (hidden, cell) = cell_module(packed, batch_sizes, initial)
+    input_weight, projection = cell_module.input_to_gates.weight.detach(), cell_module.projection.weight.detach()
+    weight, bias = cell_module.hidden_to_gates.weight.detach(), cell_module.hidden_to_gates.bias.detach()
     positions = [[sum(batch_sizes[:step]) + row for step in range(length)] for row, length in enumerate(lengths)]
     for row, length in enumerate(lengths):
         h, c = initial[0][row], initial[1][row]

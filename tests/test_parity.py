@@ -16,8 +16,9 @@ def assert_original_close(actual: torch.Tensor, expected: np.ndarray):
     assert np.allclose(actual, expected, atol=1e-6, rtol=1e-5), f"max abs diff {np.abs(actual - expected).max():.3g}"
 
 
-def load(converted, name: str) -> ElmoModel:
-    return ElmoModel.from_pretrained(converted[name]).eval()
+def load(converted, name: str, implementation: str = "auto") -> ElmoModel:
+    """The converted checkpoint; `implementation="eager"` runs the reference modules, `"auto"` the CPU kernels."""
+    return ElmoModel.from_pretrained(converted[name], elmo_implementation=implementation).eval()
 
 
 def batch_rows(sentences, batch: int) -> list[list[str]]:
@@ -25,9 +26,10 @@ def batch_rows(sentences, batch: int) -> list[list[str]]:
     return [sentences[row][batch] for row in range(3)]
 
 
+@pytest.mark.parametrize("implementation", ["auto", "eager"])
 @pytest.mark.parametrize("name", FIXTURE_SETS)
-def test_stateful_run_matches_original(converted, tokenizer, name):
-    model, sentences = load(converted, name), fixture_sentences(name)
+def test_stateful_run_matches_original(converted, tokenizer, name, implementation):
+    model, sentences = load(converted, name, implementation), fixture_sentences(name)
     state = None
     for batch in range(10):
         rows = batch_rows(sentences, batch)
@@ -39,9 +41,10 @@ def test_stateful_run_matches_original(converted, tokenizer, name):
             assert_original_close(outputs.last_hidden_state[row, : len(words)], expected_top_layer(name, row, batch))
 
 
+@pytest.mark.parametrize("implementation", ["auto", "eager"])
 @pytest.mark.parametrize("name", FIXTURE_SETS)
-def test_stateless_first_batch_matches_original(converted, tokenizer, name):
-    model, sentences = load(converted, name), fixture_sentences(name)
+def test_stateless_first_batch_matches_original(converted, tokenizer, name, implementation):
+    model, sentences = load(converted, name, implementation), fixture_sentences(name)
     rows = batch_rows(sentences, 0)
     inputs = tokenizer(rows, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -61,8 +64,9 @@ def test_stateless_later_batches_differ_from_stateful_original(converted, tokeni
     assert not np.allclose(top[0, : len(rows[0])].numpy(), expected_top_layer("allennlp", 0, 1), atol=1e-3)
 
 
-def test_token_layer_matches_original_embeddings(converted, tokenizer):
-    model = load(converted, "allennlp")
+@pytest.mark.parametrize("implementation", ["auto", "eager"])
+def test_token_layer_matches_original_embeddings(converted, tokenizer, implementation):
+    model = load(converted, "allennlp", implementation)
     words = (FIXTURES / "allennlp" / "vocab_test.txt").read_text(encoding="utf-8").splitlines()
     with h5py.File(FIXTURES / "allennlp" / "elmo_token_embeddings.hdf5", "r") as file:
         expected = file["embedding"][...]

@@ -86,7 +86,7 @@ def test_l2_penalty_is_added_to_the_head_loss(tokenizer):
             tiny_config(id2label=LABELS, elmo_dropout=0.0, scalar_mix_l2_coefficient=coefficient)
         ).eval()
         with torch.no_grad():
-            model.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([1.0, -2.0, 0.5]))
+            model.scalar_mix.scalar_parameters.copy_(torch.tensor([1.0, -2.0, 0.5]))
         losses[coefficient] = model(**inputs, labels=labels).loss
     torch.testing.assert_close(losses[0.25] - losses[0.0], torch.tensor(0.25 * (1.0 + 4.0 + 0.25)))
 
@@ -96,7 +96,7 @@ def test_fixed_weights_stay_fixed_through_training_and_reloading(tokenizer, tmp_
     model = ElmoForTokenClassification(
         tiny_config(id2label=LABELS, scalar_mix_parameters=fixed, scalar_mix_l2_coefficient=1.0)
     )
-    mix = model.scalar_mixes[0]
+    mix = model.scalar_mix
     assert not mix.scalar_parameters.requires_grad and not mix.gamma.requires_grad
     torch.testing.assert_close(mix.scalar_parameters, torch.tensor(fixed))
     inputs = tokenizer([["Paris", "is", "big"]], is_split_into_words=True, return_tensors="pt")
@@ -107,7 +107,7 @@ def test_fixed_weights_stay_fixed_through_training_and_reloading(tokenizer, tmp_
     torch.testing.assert_close(mix.gamma, torch.ones(1))
 
     model.save_pretrained(tmp_path)
-    reloaded = ElmoForTokenClassification.from_pretrained(tmp_path).scalar_mixes[0]
+    reloaded = ElmoForTokenClassification.from_pretrained(tmp_path).scalar_mix
     torch.testing.assert_close(reloaded.scalar_parameters, torch.tensor(fixed))
     assert not reloaded.scalar_parameters.requires_grad and not reloaded.gamma.requires_grad
     assert reloaded.l2_penalty() == 0

@@ -74,7 +74,7 @@ def test_trainer_lowers_the_loss_keeps_the_bilm_frozen_and_reloads(converted, to
         converted["allennlp"], id2label=ID2LABEL, elmo_dropout=0.0, task_lstm_dim=8
     )
     bilm_before = {name: value.clone() for name, value in model.elmo.state_dict().items()}
-    mix_before = model.scalar_mixes[0].scalar_parameters.detach().clone()
+    mix_before = model.scalar_mix.scalar_parameters.detach().clone()
     loss_before = mean_loss(model, batch)
 
     trainer = Trainer(
@@ -89,7 +89,7 @@ def test_trainer_lowers_the_loss_keeps_the_bilm_frozen_and_reloads(converted, to
     assert loss_after < 0.6 * loss_before
     for name, value in model.elmo.state_dict().items():
         assert torch.equal(value, bilm_before[name]), name
-    assert not torch.equal(model.scalar_mixes[0].scalar_parameters, mix_before)
+    assert not torch.equal(model.scalar_mix.scalar_parameters, mix_before)
 
     trainer.save_model(str(tmp_path / "tagger"))
     reloaded = AutoModelForTokenClassification.from_pretrained(tmp_path / "tagger")
@@ -139,7 +139,7 @@ def test_gradient_accumulation_equals_one_larger_batch(task, tokenizer, tmp_path
         else:
             model = ElmoForSequenceClassification(tiny_config(num_labels=1, **fields))
         with torch.no_grad():
-            model.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([0.3, -0.2, 0.1]))
+            model.scalar_mix.scalar_parameters.copy_(torch.tensor([0.3, -0.2, 0.1]))
         args = training_arguments(
             tmp_path,
             max_steps=1,
@@ -155,6 +155,6 @@ def test_gradient_accumulation_equals_one_larger_batch(task, tokenizer, tmp_path
             {name: value.detach().clone() for name, value in model.named_parameters() if value.requires_grad}
         )
     start = torch.tensor([0.3, -0.2, 0.1])
-    assert not torch.allclose(updated[0]["scalar_mixes.0.scalar_parameters"], start)
+    assert not torch.allclose(updated[0]["scalar_mix.scalar_parameters"], start)
     for name, value in updated[0].items():
         torch.testing.assert_close(updated[1][name], value, atol=1e-6, rtol=1e-5, msg=name)

@@ -11,4 +11,4 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Conversion between the original ELMo checkpoint formats and elmo-hf folders (the \`elmo-hf convert\` command)."""
+"""Conversion between the original ELMo checkpoint formats and elmo-hf folders (the `elmo-hf convert` command)."""

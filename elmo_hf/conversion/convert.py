@@ -19,432 +19,244 @@
 
 The folder holds `config.json`, `model.safetensors` (float32), the tokenizer files and the model code, so that it
 loads with `AutoModel.from_pretrained(folder)` after `import elmo_hf`, or with `trust_remote_code=True` without it.
-Every dataset is checked against the options before anything is written, the converted model is checked against an
-independent NumPy implementation of the original computation, and the folder appears only when all of that succeeded.
-Its README.md is the released checkpoint's card from `model_cards/` (`--model-card`) or a generic one. With
-`--push-to-hub` the finished folder is then uploaded in one commit. The original checkpoint's dataset names and
-layouts live in this file only.
+Every dataset is checked (presence, shape, dtype, finite values that fit float32) before anything is converted, the
+converted model is checked against the float64 reference (`reference.py`) on a sentence that uses every character
+id, and the folder appears only when all of that succeeded: it is written into a staging folder beside `--output`,
+`.NAME.elmo-hf-partial-PID-*`, then moved into place. A later conversion into the same parent folder removes the
+staging folders of processes that no longer run. With `--push-to-hub` the finished folder is uploaded in one commit
+(`hub.py`).
 """
 
 import argparse
-import json
 import os
+import re
+import secrets
 import shutil
 import sys
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from string import Template
 
 import numpy as np
 import torch
-from huggingface_hub import CommitInfo, HfApi, get_token
-from huggingface_hub.constants import DEFAULT_REVISION
-from huggingface_hub.errors import HfHubHTTPError, HFValidationError
-from huggingface_hub.utils import validate_repo_id
+from transformers.utils import logging
 from transformers.utils.logging import disable_progress_bar
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
 from elmo_hf.cli import run_subcommand
-from elmo_hf.tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
 
-# TensorFlow orders the LSTM gate blocks i, j (candidate), f, o; torch orders them i, f, g (candidate), o.
-TF_TO_TORCH_GATES = (0, 2, 1, 3)
-# TensorFlow's LSTMCell adds this to the forget gate at run time; it is not stored in the checkpoint.
-TF_FORGET_BIAS = 1.0
-VALIDATION_SENTENCE = ["The", "biLM", "reads", "characters", ",", "naïvely", "!"]
-MODEL_CARDS_DIR = Path(__file__).resolve().parents[2] / "model_cards"
-# The released checkpoints with a card in model_cards/{name}.md, and the architecture each was released with.
-MODEL_CARDS = {
-    "small": "2x1024_128_2048cnn_1xhighway",
-    "medium": "2x2048_256_2048cnn_1xhighway",
-    "original": "2x4096_512_2048cnn_2xhighway",
-    "original-5.5B": "2x4096_512_2048cnn_2xhighway",
-}
+from .checkpoint import ConversionError, convert_config, read_options, read_weights, to_state_dict
+from .hub import (
+    HUB_RETRIES,
+    HUB_TIMEOUT,
+    MODEL_CARDS,
+    PUSH_ERRORS,
+    check_push_arguments,
+    describe_push_error,
+    model_card,
+    push_to_hub,
+    upload_command,
+)
+from .reference import every_character_sentence, reference_layers
 
+logger = logging.get_logger(__name__)
 
-class ConversionError(ValueError):
-    """The checkpoint cannot be converted; the message says what is wrong and what to do."""
-
-
-def read_options(path: str | os.PathLike) -> dict:
-    """Reads an original `options.json`."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConversionError(f"options file not found: {path}")
-    try:
-        options = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ConversionError(f"options file {path} is not valid JSON ({error}); pass the checkpoint's options.json.")
-    if not isinstance(options, dict) or not isinstance(options.get("lstm"), dict) or not isinstance(
-        options.get("char_cnn"), dict
-    ):
-        raise ConversionError(f"options file {path} has no 'lstm' and 'char_cnn' sections; is it an ELMo options.json?")
-    return options
+# The self-check: the converted float32 model against the float64 reference, `numpy.allclose` per layer.
+CHECK_ATOL, CHECK_RTOL = 1e-5, 1e-4
+# Folders of a conversion in progress beside its output: the new folder being written ("partial") and, during an
+# --overwrite, the previous output moved aside ("old"); PID is the converting process.
+STAGING_NAME = re.compile(r"\.(?P<output>.+)\.elmo-hf-(?P<kind>partial|old)-(?P<pid>\d+)-[0-9a-f]+")
 
 
-def convert_config(options: dict) -> ElmoConfig:
-    """Maps the original options (training-only keys are ignored) to an `ElmoConfig`."""
-    lstm, char_cnn = options["lstm"], options["char_cnn"]
-    try:
-        fields = {
-            "char_embedding_dim": char_cnn["embedding"]["dim"],
-            "filters": [list(bank) for bank in char_cnn["filters"]],
-            "activation": char_cnn["activation"],
-            "num_highway_layers": char_cnn.get("n_highway") or 0,
-            "max_characters_per_token": char_cnn["max_characters_per_token"],
-            "projection_dim": lstm["projection_dim"],
-            "lstm_dim": lstm["dim"],
-            "num_layers": lstm.get("n_layers", 1),
-            # bilm-tf: an absent clip is no clip; AllenNLP: any falsy clip is no clip.
-            "cell_clip": lstm.get("cell_clip") or None,
-            "projection_clip": lstm.get("proj_clip") or None,
-            "use_skip_connections": bool(lstm.get("use_skip_connections", False)),
-        }
-    except (KeyError, TypeError) as error:
-        raise ConversionError(f"options.json lacks the field {error} that the architecture needs.")
-    if char_cnn.get("n_characters", 262) not in (261, 262):
-        raise ConversionError(
-            f"options.json char_cnn.n_characters is {char_cnn['n_characters']}; ELMo checkpoints use 261 or 262."
-        )
-    if fields["activation"] not in ("relu", "tanh"):
-        raise ConversionError(f"unknown activation {fields['activation']!r} in options.json; expected 'relu' or 'tanh'.")
-    try:
-        return ElmoConfig(**fields)
-    except Exception as error:  # the strict config names the bad field
-        raise ConversionError(f"options.json describes an invalid architecture: {error}")
+def model_from_checkpoint(arrays: dict[str, np.ndarray], config: ElmoConfig) -> ElmoModel:
+    """An `ElmoModel` in eval mode holding the original datasets (`read_weights`) as float32 parameters."""
+    model = ElmoModel(config)
+    state = {key: torch.from_numpy(value.astype(np.float32)) for key, value in to_state_dict(arrays, config).items()}
+    model.load_state_dict(state, strict=True)
+    return model.eval()
 
 
-def _cell_name(direction: int, layer: int) -> str:
-    return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+def check_against_reference(model: ElmoModel, arrays: dict[str, np.ndarray]) -> list[float]:
+    """Max abs difference per layer between `model` and the float64 reference on a sentence using every character id.
 
-
-def original_shapes(config: ElmoConfig) -> dict[str, tuple[int, ...]]:
-    """Every dataset an original weights file must hold for `config`, with its shape."""
-    embed, filters, projection = config.char_embedding_dim, config.num_filters, config.projection_dim
-    gates = 4 * config.lstm_dim
-    shapes = {"char_embed": (config.char_vocab_size - 1, embed)}
-    for index, (width, num) in enumerate(config.filters):
-        shapes[f"CNN/W_cnn_{index}"] = (1, width, embed, num)
-        shapes[f"CNN/b_cnn_{index}"] = (num,)
-    for index in range(config.num_highway_layers):
-        for kind in ("carry", "transform"):
-            shapes[f"CNN_high_{index}/W_{kind}"] = (filters, filters)
-            shapes[f"CNN_high_{index}/b_{kind}"] = (filters,)
-    shapes["CNN_proj/W_proj"] = (filters, projection)
-    shapes["CNN_proj/b_proj"] = (projection,)
-    for layer in range(config.num_layers):
-        for direction in (0, 1):
-            cell = _cell_name(direction, layer)
-            shapes[f"{cell}/W_0"] = (2 * projection, gates)
-            shapes[f"{cell}/B"] = (gates,)
-            shapes[f"{cell}/W_P_0"] = (config.lstm_dim, projection)
-    return shapes
-
-
-def _with_padding_row(array: np.ndarray) -> np.ndarray:
-    """(261, E) embeddings of raw ids -> (262, E) indexed by shifted ids; id 0 pads a word and embeds to zeros."""
-    return np.concatenate([np.zeros_like(array[:1]), array])
-
-
-def _conv_kernel(array: np.ndarray) -> np.ndarray:
-    """TF conv2d kernel (1, width, E, n) -> torch Conv1d weight (n, E, width)."""
-    return array[0].transpose(2, 1, 0)
-
-
-def _linear(array: np.ndarray) -> np.ndarray:
-    """TF `x @ W` weights (in, out) -> torch Linear weight (out, in)."""
-    return array.T
-
-
-def _reorder_gates(array: np.ndarray) -> np.ndarray:
-    """Gate blocks along the last axis from TF order i, j, f, o to torch order i, f, g, o."""
-    blocks = np.split(array, 4, axis=-1)
-    return np.concatenate([blocks[index] for index in TF_TO_TORCH_GATES], axis=-1)
-
-
-def _input_to_gates(array: np.ndarray) -> np.ndarray:
-    """`W_0` rows multiplying the layer input -> (4C, P)."""
-    return _reorder_gates(array[: array.shape[0] // 2]).T
-
-
-def _hidden_to_gates(array: np.ndarray) -> np.ndarray:
-    """`W_0` rows multiplying the previous projected hidden state -> (4C, P)."""
-    return _reorder_gates(array[array.shape[0] // 2 :]).T
-
-
-def _gates_bias(array: np.ndarray) -> np.ndarray:
-    """`B` in torch gate order with TF's run-time forget bias folded in."""
-    bias = _reorder_gates(array).copy()
-    lstm_dim = bias.shape[0] // 4
-    bias[lstm_dim : 2 * lstm_dim] += TF_FORGET_BIAS
-    return bias
-
-
-def _identity(array: np.ndarray) -> np.ndarray:
-    return array
-
-
-def weight_table(config: ElmoConfig) -> list[tuple[str, str, Callable[[np.ndarray], np.ndarray]]]:
-    """(our parameter, original dataset, transform): one rename per line."""
-    table = [("token_encoder.char_embeddings.weight", "char_embed", _with_padding_row)]
-    for index in range(len(config.filters)):
-        table.append((f"token_encoder.char_cnn.convolutions.{index}.weight", f"CNN/W_cnn_{index}", _conv_kernel))
-        table.append((f"token_encoder.char_cnn.convolutions.{index}.bias", f"CNN/b_cnn_{index}", _identity))
-    for index in range(config.num_highway_layers):
-        ours = f"token_encoder.highway.layers.{index}"
-        table.append((f"{ours}.transform.weight", f"CNN_high_{index}/W_transform", _linear))
-        table.append((f"{ours}.transform.bias", f"CNN_high_{index}/b_transform", _identity))
-        # bilm-tf's "carry" gate multiplies the transformed branch: it is our gate.
-        table.append((f"{ours}.gate.weight", f"CNN_high_{index}/W_carry", _linear))
-        table.append((f"{ours}.gate.bias", f"CNN_high_{index}/b_carry", _identity))
-    table.append(("token_encoder.projection.weight", "CNN_proj/W_proj", _linear))
-    table.append(("token_encoder.projection.bias", "CNN_proj/b_proj", _identity))
-    for layer in range(config.num_layers):
-        for direction, name in enumerate(("forward", "backward")):
-            ours, cell = f"bilm.layers.{layer}.{name}_cell", _cell_name(direction, layer)
-            table.append((f"{ours}.input_to_gates.weight", f"{cell}/W_0", _input_to_gates))
-            table.append((f"{ours}.hidden_to_gates.weight", f"{cell}/W_0", _hidden_to_gates))
-            table.append((f"{ours}.hidden_to_gates.bias", f"{cell}/B", _gates_bias))
-            table.append((f"{ours}.projection.weight", f"{cell}/W_P_0", _linear))
-    return table
-
-
-def read_weights(path: str | os.PathLike, config: ElmoConfig) -> dict[str, np.ndarray]:
-    """Reads every dataset `config` needs from an original weights file, checking presence and shape of all first."""
-    import h5py
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConversionError(f"weights file not found: {path}")
-    if not h5py.is_hdf5(path):
-        raise ConversionError(f"weights file {path} is not an HDF5 file; pass the checkpoint's weights .hdf5.")
-    problems, arrays = [], {}
-    with h5py.File(path, "r") as weights:
-        for name, shape in original_shapes(config).items():
-            dataset = weights.get(name)
-            if not hasattr(dataset, "shape"):
-                problems.append(f"missing dataset {name!r} (expected shape {shape})")
-            elif tuple(dataset.shape) != shape:
-                problems.append(f"dataset {name!r} has shape {tuple(dataset.shape)}, the options imply {shape}")
-            else:
-                arrays[name] = np.asarray(dataset, dtype=np.float32)
-    if problems:
-        raise ConversionError(
-            f"weights file {path} does not match the options:\n  - " + "\n  - ".join(problems)
-            + "\nCheck that --options and --weights belong to the same checkpoint."
-        )
-    return arrays
-
-
-def convert_state_dict(arrays: dict[str, np.ndarray], config: ElmoConfig) -> dict[str, torch.Tensor]:
-    """Original datasets -> our float32 state dict."""
-    return {
-        ours: torch.from_numpy(np.ascontiguousarray(transform(arrays[original]), dtype=np.float32))
-        for ours, original, transform in weight_table(config)
-    }
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def reference_layers(arrays: dict[str, np.ndarray], config: ElmoConfig, words: list[str]) -> list[np.ndarray]:
-    """The original computation in float64 NumPy, straight from the original datasets, for one sentence.
-
-    Returns the `num_layers + 1` layers `(len(words), 2 * projection_dim)`, boundaries removed.
+    Raises `ConversionError` if any layer of either is not finite, or if a layer is not within `CHECK_ATOL` +
+    `CHECK_RTOL` of the reference.
     """
-    arrays = {name: array.astype(np.float64) for name, array in arrays.items()}
-    tokens = [BEGIN_SENTENCE_TOKEN, *words, END_SENTENCE_TOKEN]
-    raw_ids = np.array([word_to_char_ids(token, config.max_characters_per_token) for token in tokens]) - 1
-    chars = arrays["char_embed"][raw_ids]  # (tokens, characters, E)
-    pooled = []
-    for index, (width, _) in enumerate(config.filters):
-        kernel = arrays[f"CNN/W_cnn_{index}"][0]  # (width, E, n)
-        windows = np.stack([chars[:, k : chars.shape[1] - width + 1 + k] for k in range(width)], axis=2)
-        pooled.append((np.einsum("tpke,ken->tpn", windows, kernel) + arrays[f"CNN/b_cnn_{index}"]).max(axis=1))
-    x = np.concatenate(pooled, axis=-1)
-    x = np.maximum(x, 0) if config.activation == "relu" else np.tanh(x)
-    for index in range(config.num_highway_layers):
-        high = f"CNN_high_{index}"
-        gate = _sigmoid(x @ arrays[f"{high}/W_carry"] + arrays[f"{high}/b_carry"])
-        x = gate * np.maximum(x @ arrays[f"{high}/W_transform"] + arrays[f"{high}/b_transform"], 0) + (1 - gate) * x
-    token_layer = x @ arrays["CNN_proj/W_proj"] + arrays["CNN_proj/b_proj"]
-
-    layers = [np.concatenate([token_layer, token_layer], axis=-1)]
-    inputs = [token_layer, token_layer[::-1]]
-    for layer in range(config.num_layers):
-        outputs = []
-        for direction in (0, 1):
-            cell_name = _cell_name(direction, layer)
-            hidden, cell = np.zeros(config.projection_dim), np.zeros(config.lstm_dim)
-            steps = []
-            for x_t in inputs[direction]:
-                i, j, f, o = np.split(np.concatenate([x_t, hidden]) @ arrays[f"{cell_name}/W_0"] + arrays[f"{cell_name}/B"], 4)
-                cell = _sigmoid(f + TF_FORGET_BIAS) * cell + _sigmoid(i) * np.tanh(j)
-                if config.cell_clip is not None:
-                    cell = np.clip(cell, -config.cell_clip, config.cell_clip)
-                hidden = (_sigmoid(o) * np.tanh(cell)) @ arrays[f"{cell_name}/W_P_0"]
-                if config.projection_clip is not None:
-                    hidden = np.clip(hidden, -config.projection_clip, config.projection_clip)
-                steps.append(hidden)
-            output = np.stack(steps)
-            outputs.append(output + inputs[direction] if config.use_skip_connections and layer > 0 else output)
-        inputs = outputs
-        layers.append(np.concatenate([outputs[0], outputs[1][::-1]], axis=-1))
-    return [layer[1:-1] for layer in layers]
-
-
-def validate(model: ElmoModel, arrays: dict[str, np.ndarray], tokenizer: ElmoTokenizer):
-    """Checks the converted model against `reference_layers` on a short sentence; raises if any layer differs."""
-    expected = reference_layers(arrays, model.config, VALIDATION_SENTENCE)
-    inputs = tokenizer([VALIDATION_SENTENCE], is_split_into_words=True, return_tensors="pt")
+    char_ids = every_character_sentence(model.config)
+    expected = reference_layers(arrays, model.config, char_ids)
     with torch.no_grad():
-        actual = model(**inputs, output_hidden_states=True).hidden_states
+        actual = model(input_ids=torch.from_numpy(char_ids)[None], output_hidden_states=True).hidden_states
+    differences = []
     for index, (ours, reference) in enumerate(zip(actual, expected)):
-        difference = float(np.abs(ours[0].double().numpy() - reference).max())
-        if not np.allclose(ours[0].double().numpy(), reference, atol=1e-5, rtol=1e-4):
+        ours = ours[0].double().numpy()
+        if not (np.isfinite(ours).all() and np.isfinite(reference).all()):
+            raise ConversionError(
+                f"layer {index} is not finite (NaN or inf) on a sentence that uses every character id, although "
+                "every weight is: the weights are too large for float32 arithmetic, so this checkpoint cannot be "
+                "used as it is."
+            )
+        differences.append(float(np.abs(ours - reference).max()))
+        if not np.allclose(ours, reference, atol=CHECK_ATOL, rtol=CHECK_RTOL):
             raise ConversionError(
                 f"converted model differs from the reference computation in layer {index} (max abs diff "
-                f"{difference:.3g}); the checkpoint layout is not the one this converter knows."
+                f"{differences[-1]:.3g}); the checkpoint layout is not the one this converter knows."
             )
+    return differences
 
 
-def architecture_name(config: ElmoConfig) -> str:
-    """The original release's name for an architecture, such as `2x4096_512_2048cnn_2xhighway`."""
-    return (
-        f"{config.num_layers}x{config.lstm_dim}_{config.projection_dim}_{config.num_filters}cnn_"
-        f"{config.num_highway_layers}xhighway"
-    )
+def check_output(output: str | os.PathLike, inputs: list[str | os.PathLike]) -> Path:
+    """The absolute folder to write for `--output`; refuses one whose replacement could delete an input or the cwd.
 
-
-def generic_model_card(config: ElmoConfig, repo_id: str, source: str) -> str:
-    """A model card filled from the config, for checkpoints without a card in `model_cards/`."""
-    return f"""---
-library_name: transformers
-pipeline_tag: feature-extraction
-license: apache-2.0
-language: en
-tags:
-- elmo
-- custom_code
-- character-level
----
-
-# ELMo biLM ({architecture_name(config)})
-
-An ELMo bidirectional language model (Peters et al., 2018) converted from the original checkpoint
-`{source}` with elmo-hf. Per-word outputs are {config.hidden_size} wide (`[forward; backward]`),
-with {config.num_layers + 1} layers in `hidden_states`. Check that the license above is the one the original
-checkpoint was released under.
-
-```python
-from transformers import AutoModel, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)
-model = AutoModel.from_pretrained("{repo_id}", trust_remote_code=True)
-outputs = model(**tokenizer(["ELMo reads characters ."], return_tensors="pt"), output_hidden_states=True)
-```
-"""
-
-
-def model_card(config: ElmoConfig, name: str | None, repo_id: str, source: str) -> str:
-    """The README.md text: card `name` from `model_cards/`, or the generic card if `name` is None."""
-    if name is None:
-        return generic_model_card(config, repo_id, source)
-    if name not in MODEL_CARDS:
-        raise ConversionError(f"unknown model card {name!r}; the cards are: {', '.join(MODEL_CARDS)}.")
-    if MODEL_CARDS[name] != architecture_name(config):
-        raise ConversionError(
-            f"model card {name!r} describes a {MODEL_CARDS[name]} checkpoint, but the options describe "
-            f"{architecture_name(config)}; pick the matching card or leave out --model-card."
-        )
-    return Template((MODEL_CARDS_DIR / f"{name}.md").read_text(encoding="utf-8")).substitute(repo_id=repo_id)
-
-
-def save_folder(write: Callable[[Path], None], output: Path, overwrite: bool):
-    """Runs `write` into a temporary folder beside `output` and moves it into place only if it succeeds."""
+    A symbolic link is followed (the folder is written where it points; a dangling link is refused). `--output` may
+    not be an input, hold one (at any depth, symbolic links resolved) or hold the current directory; a new folder
+    beside or inside the checkpoint's folder is fine.
+    """
     output = Path(output)
+    if output.is_symlink():
+        if not output.exists():
+            raise ConversionError(
+                f"--output {output} is a symbolic link to {os.readlink(output)}, which does not exist; create that "
+                "folder, remove the link, or give another path."
+            )
+        output = output.resolve()
+    output = Path(os.path.abspath(output))
+    real = output.resolve()
+    for path in inputs:
+        real_input = Path(path).resolve()
+        if real == real_input or real in real_input.parents:
+            raise ConversionError(
+                f"--output {output} is or holds the input {path}: writing there would replace the checkpoint. Give a "
+                "folder that does not hold the checkpoint's files (a new folder beside them or inside theirs is fine)."
+            )
+    cwd = Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        raise ConversionError(
+            f"--output {output} is or holds the current directory, which cannot be replaced; give a new folder."
+        )
+    return output
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` still runs (this one included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True
+
+
+def clean_leftovers(parent: Path, report: Callable[[str], None]) -> None:
+    """Finishes what conversions into `parent` that were killed left: staging folders go, a moved-aside output returns.
+
+    Only folders named by `STAGING_NAME` whose process no longer runs are touched.
+    """
+    if not parent.is_dir():
+        return
+    for path in sorted(parent.iterdir()):
+        match = STAGING_NAME.fullmatch(path.name)
+        if match is None or not path.is_dir() or path.is_symlink() or _running(int(match["pid"])):
+            continue
+        output = parent / match["output"]
+        try:
+            if match["kind"] == "old" and not (output.exists() or output.is_symlink()):
+                os.replace(path, output)
+                report(f"restored {output} from {path}, where an interrupted --overwrite (process {match['pid']}) "
+                       "had moved it")
+            else:
+                shutil.rmtree(path)
+                what = "unfinished folder" if match["kind"] == "partial" else "replaced previous output"
+                report(f"removed {path}, the {what} of an interrupted conversion (process {match['pid']})")
+        except OSError as error:
+            report(f"warning: could not clean up {path}, left by an interrupted conversion ({error}); remove it by "
+                   "hand.")
+
+
+def _umask() -> int:
+    umask = os.umask(0o077)
+    os.umask(umask)
+    return umask
+
+
+def _respect_umask(folder: Path) -> None:
+    """Gives the files of `folder` the umask's permissions (safetensors writes its file 0600 whatever the umask)."""
+    mode = 0o666 & ~_umask()
+    for path in folder.iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
+
+
+def _staging_path(output: Path, kind: str) -> Path:
+    return output.parent / f".{output.name}.elmo-hf-{kind}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+@contextmanager
+def staged_folder(output: Path, overwrite: bool, report: Callable[[str], None]) -> Iterator[Path]:
+    """Yields an empty staging folder beside `output` that replaces `output` if the block succeeds.
+
+    On any exception the staging folder and the parent folders created for it are removed and `output` is left as
+    it was. The folder and its files get the
+    umask's permissions, as `save_pretrained` gives them. `output` must be absolute (`check_output`).
+    """
     if output.exists() and not output.is_dir():
         raise ConversionError(f"--output {output} is a file; give a folder path.")
     if output.is_dir() and any(output.iterdir()) and not overwrite:
         raise ConversionError(f"--output {output} is not empty; pass --overwrite to replace it.")
+    missing = [parent for parent in output.parents if not parent.exists()]  # created here, removed on failure
     output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    clean_leftovers(output.parent, report)
+    staging = _staging_path(output, "partial")
+    staging.mkdir()
+    succeeded = False
     try:
-        write(staging)
+        yield staging
+        _respect_umask(staging)
         if output.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
-            os.replace(output, old / output.name)
-            os.replace(staging, output)
-            shutil.rmtree(old)
+            old = _staging_path(output, "old")
+            os.replace(output, old)
+            try:
+                os.replace(staging, output)
+            except BaseException:
+                os.replace(old, output)
+                raise
+            try:
+                shutil.rmtree(old)
+            except OSError as error:
+                report(f"warning: the previous {output} is now at {old} and could not be removed ({error}); "
+                       "remove it by hand.")
         else:
             os.replace(staging, output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        succeeded = True
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # already gone if it became `output`
+        for parent in [] if succeeded else missing:
+            parent.rmdir()
 
 
 def convert(options_path: str | os.PathLike, weights_path: str | os.PathLike, output: str | os.PathLike,
-            overwrite: bool = False, model_card_name: str | None = None, repo_id: str | None = None) -> Path:
-    """Converts, validates and saves; returns the output folder.
+            overwrite: bool = False, model_card_name: str | None = None, repo_id: str | None = None,
+            report: Callable[[str], None] = logger.info) -> Path:
+    """Converts, checks and saves; returns the output folder (absolute).
 
     The README.md is card `model_card_name` (see `MODEL_CARDS`) or a generic one, showing how to load `repo_id`
-    (default: the output folder).
+    (default: a placeholder). `report` receives what a user should read: the self-check's result per layer and any
+    leftovers of interrupted conversions that were cleaned.
     """
+    output = check_output(output, [options_path, weights_path])
     config = convert_config(read_options(options_path))
-    readme = model_card(config, model_card_name, repo_id or str(output), Path(weights_path).name)
-    arrays = read_weights(weights_path, config)
-    model = ElmoModel(config)
-    model.load_state_dict(convert_state_dict(arrays, config), strict=True)
-    model.eval()
-    tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
-    validate(model, arrays, tokenizer)
-
-    def write(folder: Path):
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        (folder / "README.md").write_text(readme, encoding="utf-8")
-
-    save_folder(write, Path(output), overwrite)
-    return Path(output)
-
-
-def push_to_hub(folder: str | os.PathLike, repo_id: str, token: str | None = None, private: bool | None = None,
-                revision: str | None = None, create_pr: bool = False) -> CommitInfo:
-    """Uploads a converted folder in one commit, creating the repository (and branch `revision`) if needed."""
-    api = HfApi(token=token)
-    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-    if revision is not None and revision != DEFAULT_REVISION:
-        api.create_branch(repo_id, branch=revision, exist_ok=True)
-    return api.upload_folder(
-        repo_id=repo_id,
-        folder_path=folder,
-        revision=revision,
-        create_pr=create_pr,
-        commit_message=f"Add ELMo converted with elmo-hf from {Path(folder).name}",
-    )
-
-
-def check_push_arguments(args: argparse.Namespace) -> str | None:
-    """The reason the requested push cannot work, checked before anything is converted; None if it can."""
-    if args.push_to_hub is None:
-        given = [option for option in ("private", "revision", "create_pr", "token") if getattr(args, option)]
-        return f"--{given[0].replace('_', '-')} needs --push-to-hub." if given else None
-    try:
-        validate_repo_id(args.push_to_hub)
-    except HFValidationError as error:
-        return f"--push-to-hub {args.push_to_hub!r} is not a valid repository id: {error}"
-    if "/" not in args.push_to_hub:
-        return f"--push-to-hub {args.push_to_hub!r} needs its namespace, as in 'your-name/{args.push_to_hub}'."
-    if args.create_pr and args.revision not in (None, DEFAULT_REVISION):
-        return (
-            f"--create-pr opens a pull request against {DEFAULT_REVISION!r}; it cannot go with --revision "
-            f"{args.revision!r}. Push to the branch without --create-pr, or open the pull request without --revision."
-        )
-    if args.token is None and get_token() is None:
-        return "pushing needs a Hub token with write access: run `hf auth login`, set HF_TOKEN or pass --token."
-    return None
+    readme = model_card(config, model_card_name, repo_id, Path(weights_path).name)
+    with staged_folder(output, overwrite, report) as staging:
+        arrays = read_weights(weights_path, config)
+        model = model_from_checkpoint(arrays, config)
+        differences = check_against_reference(model, arrays)
+        layers = ", ".join(f"{index}: {difference:.2e}" for index, difference in enumerate(differences))
+        report(f"checked against the float64 reference on a sentence using every character id: max abs difference "
+               f"per layer {layers} (allowed: {CHECK_ATOL:g} + {CHECK_RTOL:g} x |reference|)")
+        model.save_pretrained(staging)
+        ElmoTokenizer(max_characters_per_token=config.max_characters_per_token).save_pretrained(staging)
+        (staging / "README.md").write_text(readme, encoding="utf-8")
+    return output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -460,27 +272,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--private", action="store_true", default=None, help="create the repository private")
     parser.add_argument("--revision", help="push to this branch (created if needed) instead of the default branch")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    parser.add_argument("--token", help="Hugging Face token (default: HF_TOKEN or the `hf auth login` one)")
+    parser.add_argument("--token", help="Hugging Face token; if not given, HF_TOKEN or the `hf auth login` one")
+    parser.add_argument("--hub-timeout", type=float, default=HUB_TIMEOUT, metavar="SECONDS",
+                        help="how long each Hub call may wait to connect or for the next part of an answer")
+    parser.add_argument("--hub-retries", type=int, default=HUB_RETRIES, metavar="N",
+                        help="how often a Hub call is retried on timeouts, network errors and 408/429/5xx answers")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf convert`: convert, then push if asked; 0 on success, 2 for a bad checkpoint, 1 for a failed push."""
+    """`elmo-hf convert`: convert, then push if asked.
+
+    Exit status: 0 on success, 2 for a checkpoint or an --output that cannot be used, 1 if writing or pushing failed.
+    """
     if problem := check_push_arguments(args):
         parser.error(problem)
     disable_progress_bar()
     try:
         folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite,
-                         model_card_name=args.model_card, repo_id=args.push_to_hub)
+                         model_card_name=args.model_card, repo_id=args.push_to_hub, report=print)
     except ConversionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"error: writing --output {args.output} failed: {error.strerror or error}{where}. Nothing was written "
+              f"and {args.output} is as it was.", file=sys.stderr)
+        return 1
     print(f"converted {args.weights} -> {folder}")
     if args.push_to_hub is None:
         return 0
     try:
-        commit = push_to_hub(folder, args.push_to_hub, args.token, args.private, args.revision, args.create_pr)
-    except HfHubHTTPError as error:
-        print(f"error: pushing {folder} to {args.push_to_hub} failed, the folder is kept: {error}", file=sys.stderr)
+        commit = push_to_hub(folder, args.push_to_hub, args.token, args.private, args.revision, args.create_pr,
+                             timeout=args.hub_timeout, retries=args.hub_retries)
+    except PUSH_ERRORS as error:
+        print(f"error: pushing to {args.push_to_hub} failed ({describe_push_error(error)}). The converted folder is "
+              f"complete at {folder}; push it later with: {upload_command(folder, args)}", file=sys.stderr)
         return 1
     print(f"pushed {folder} -> {commit.pr_url or commit.commit_url}")
     return 0

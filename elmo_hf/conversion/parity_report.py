@@ -4,7 +4,7 @@
 
 For each fixture set: the top layer against the original's stateful outputs (10 batches of 3, `lstm_state` carried),
 the first batch run statelessly, the token layer against `elmo_token_embeddings.hdf5` (allennlp set), and every layer
-against a float64 NumPy implementation of the original computation (`convert.reference_layers`), each sentence alone.
+against the float64 reference of the original computation (`reference.reference_layers`), each sentence alone.
 """
 
 import argparse
@@ -17,8 +17,10 @@ import numpy as np
 import torch
 from transformers.utils.logging import disable_progress_bar
 
-from elmo_hf.conversion.convert import convert, convert_config, read_options, read_weights, reference_layers
 from elmo_hf import ElmoModel, ElmoTokenizer
+from elmo_hf.conversion.checkpoint import convert_config, read_options, read_weights
+from elmo_hf.conversion.convert import convert
+from elmo_hf.conversion.reference import reference_layers, words_to_char_ids
 
 
 def top_layer_expected(folder: Path, row: int, batch: int) -> np.ndarray:
@@ -60,7 +62,7 @@ def report(folder: Path, model: ElmoModel, tokenizer: ElmoTokenizer) -> list[tup
         inputs = tokenizer([sentence], is_split_into_words=True, return_tensors="pt")
         with torch.no_grad():
             layers = model(**inputs, output_hidden_states=True).hidden_states
-        for index, reference in enumerate(reference_layers(arrays, config, sentence)):
+        for index, reference in enumerate(reference_layers(arrays, config, words_to_char_ids(sentence, config))):
             per_layer[index].append((layers[index][0].numpy(), reference))
     for index, pairs in enumerate(per_layer):
         rows.append(compare(f"layer {index} vs float64 reference, stateless", pairs))
