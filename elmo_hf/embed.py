@@ -28,7 +28,7 @@ Vectors go to complete part files in `OUTPUT.partial/` (each written under a tem
 which are merged into a temporary file renamed to OUTPUT at the end: OUTPUT is never partly written, and an
 interrupted run loses at most one part (`--part-size` sentences), which `--resume` then completes.
 
-Under `torchrun` or `accelerate launch` (`RANK` and `WORLD_SIZE` set), process `rank` embeds the lines whose number
+Under `torchrun` or another launcher that sets `RANK` and `WORLD_SIZE`, process `rank` embeds the lines whose number
 is `rank` modulo the number of processes into `OUTPUT.shard-RANK-of-N`; with a process group available (`MASTER_ADDR`
 set) rank 0 merges the shards into OUTPUT when all are written, otherwise `elmo-hf merge-shards OUTPUT` does.
 """
