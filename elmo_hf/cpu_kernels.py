@@ -225,8 +225,8 @@ class CpuLinear:
         return onednn_linear(inputs, weight, self.bias, add)
 
 
-def encode_words(encoder: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:
-    """`ElmoCharacterEncoder`'s computation: `(num_words, max_characters_per_token)` character ids ->
+def encode_words(encoder: nn.Module, word_ids: torch.Tensor) -> torch.Tensor:
+    """`ElmoCharacterEncoder`'s computation: `(num_words, row_width)` ids (characters, then the word id if any) ->
     `(num_words, projection_dim)`, on chunks of `encoder.chunk_size` words.
 
     Each convolution is one matrix product over all windows of all words of a chunk (faster on CPU than the direct
@@ -235,12 +235,14 @@ def encode_words(encoder: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:
     """
     cnn = encoder.char_cnn
     convolutions = [CpuLinear(conv.weight.reshape(conv.out_channels, -1), conv.bias) for conv in cnn.convolutions]
-    highway = [(CpuLinear(layer.gate.weight, layer.gate.bias), CpuLinear(layer.transform.weight, layer.transform.bias))
-               for layer in encoder.highway.layers]
+    highway = [
+        (CpuLinear(layer.gate.weight, layer.gate.bias), CpuLinear(layer.transform.weight, layer.transform.bias))
+        for layer in encoder.highway.layers
+    ]
     projection = CpuLinear(encoder.projection.weight, encoder.projection.bias)
     chunks = []
-    for chunk in char_ids.split(encoder.chunk_size):
-        embedded = encoder.char_embeddings(chunk)
+    for chunk in word_ids.split(encoder.chunk_size):
+        embedded = encoder.char_embeddings(chunk[:, : encoder.config.max_characters_per_token])
         num_words, chars, dim = embedded.shape
         pooled = []
         for conv, product in zip(cnn.convolutions, convolutions):
@@ -252,7 +254,7 @@ def encode_words(encoder: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:
         for gate_product, transform_product in highway:
             gate = torch.sigmoid(gate_product(features))
             features = gate * torch.relu(transform_product(features)) + (1 - gate) * features
-        chunks.append(projection(features))
+        chunks.append(projection(encoder.with_word_embeddings(features, chunk)))
     return torch.cat(chunks)
 
 
@@ -263,14 +265,14 @@ def lstm_with_projection(
     length-sorted batch.
 
     The input-to-gate products of blocks of steps (about `GATE_INPUT_BLOCK_ROWS` rows) are one product each, with the
-    gate bias added there; the recurrent products run the fastest kernel for their row count (`CpuLinear`).
+    gate bias added there; the recurrent products use weights reordered for this call where that pays (`CpuLinear`).
     """
     input_to_gates = CpuLinear(cell.input_to_gates.weight, cell.hidden_to_gates.bias)
     hidden_to_gates = CpuLinear(cell.hidden_to_gates.weight, row_counts=batch_sizes)
     projection = CpuLinear(cell.projection.weight, row_counts=batch_sizes)
-    hidden, state = initial_state
+    hidden, memory = initial_state
     outputs = inputs.new_empty(inputs.shape[0], cell.projection.weight.shape[0])
-    finished_hidden, finished_state = [], []
+    finished_hidden, finished_memory = [], []
     block_start = block_end = 0
     position = 0
     for step, active in enumerate(batch_sizes):
@@ -284,16 +286,16 @@ def lstm_with_projection(
             gate_inputs = input_to_gates(inputs[block_start:block_end])
         if active < hidden.shape[0]:
             finished_hidden.append(hidden[active:])
-            finished_state.append(state[active:])
-            hidden, state = hidden[:active], state[:active]
+            finished_memory.append(memory[active:])
+            hidden, memory = hidden[:active], memory[:active]
         step_gate_inputs = gate_inputs[position - block_start : position - block_start + active]
-        hidden, state = lstm_step(step_gate_inputs, (hidden, state), hidden_to_gates, projection, cell)
+        hidden, memory = lstm_step(step_gate_inputs, (hidden, memory), hidden_to_gates, projection, cell)
         outputs[position : position + active] = hidden
         position += active
     finished_hidden.append(hidden)
-    finished_state.append(state)
+    finished_memory.append(memory)
     # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
-    return outputs, (torch.cat(finished_hidden[::-1]), torch.cat(finished_state[::-1]))
+    return outputs, (torch.cat(finished_hidden[::-1]), torch.cat(finished_memory[::-1]))
 
 
 def lstm_step(
