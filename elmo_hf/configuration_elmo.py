@@ -17,13 +17,17 @@ import copy
 import math
 from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .pipeline_elmo import ElmoTokenClassificationPipeline
 from .tokenization_elmo import CHAR_VOCAB_SIZE
+
+if TYPE_CHECKING:
+    # Not imported at run time (it imports transformers.pipelines), but named here so that `save_pretrained`, which
+    # copies the files this one imports, copies pipeline_elmo.py beside it, and remote loading fetches it.
+    from .pipeline_elmo import ElmoTokenClassificationPipeline  # noqa: F401
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
 ELMO_IMPLEMENTATIONS = ("auto", "eager", "export")
@@ -38,9 +42,8 @@ ELMO_AUTO_MAP = {
     "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
 }
 # The stock token-classification pipeline cannot read one row of character ids per word, so saved folders name ours.
-# Importing it here makes `save_pretrained` copy pipeline_elmo.py beside this file, and remote loading fetch it.
 _ELMO_TOKEN_CLASSIFICATION_PIPELINE = {
-    "impl": f"pipeline_elmo.{ElmoTokenClassificationPipeline.__name__}",
+    "impl": "pipeline_elmo.ElmoTokenClassificationPipeline",
     "pt": ["AutoModelForTokenClassification"],
     "type": "text",
 }
@@ -58,9 +61,19 @@ class ElmoConfig(PreTrainedConfig):
 
     Args:
         char_vocab_size (`int`, defaults to 262):
-            Number of character ids: 0 pads whole words, 1..256 are UTF-8 bytes + 1, 257..261 the markers.
+            Number of character ids: 0 pads whole words, 1..256 are UTF-8 bytes + 1, 257..261 the markers. With
+            `boundary_input_ids` (a character dictionary), the dictionary's size + 1.
         max_characters_per_token (`int`, defaults to 50):
             Character ids per word, begin/end-of-word marks included.
+        word_embedding_vocab_size (`int`, defaults to 0):
+            Number of word ids of the token layer's word embedding (the dictionary's size + 1, id 0 pads); 0 (the
+            original English checkpoints) for none.
+        word_embedding_dim (`int`, defaults to 0):
+            Width of the word embedding, concatenated before the character CNN's output (ELMoForManyLangs); 0 for
+            none. With it, `input_ids` carry the word id as one more id after each word's character ids.
+        boundary_input_ids (`list[list[int]]`, *optional*):
+            The `input_ids` rows of the sentence boundaries `<S>` and `</S>` (`row_width` ids each), for models whose
+            character ids come from a dictionary. `None` (default): UTF-8 byte ids, whose boundary rows are fixed.
         char_embedding_dim (`int`, defaults to 16):
             Width of the character embeddings.
         filters (`list[list[int]]`):
@@ -143,6 +156,9 @@ class ElmoConfig(PreTrainedConfig):
 
     char_vocab_size: int = CHAR_VOCAB_SIZE
     max_characters_per_token: int = 50
+    word_embedding_vocab_size: int = 0
+    word_embedding_dim: int = 0
+    boundary_input_ids: list[list[int]] | None = None
     char_embedding_dim: int = 16
     filters: list[list[int]] | tuple[tuple[int, int], ...] = (
         (1, 32),
@@ -191,6 +207,11 @@ class ElmoConfig(PreTrainedConfig):
         return 2 * self.projection_dim
 
     @property
+    def row_width(self) -> int:
+        """Ids per word in `input_ids`: `max_characters_per_token`, plus the word id with a word embedding."""
+        return self.max_characters_per_token + (1 if self.word_embedding_dim else 0)
+
+    @property
     def num_filters(self) -> int:
         """Width of the character CNN output (all banks concatenated)."""
         return sum(num for _, num in self.filters)
@@ -237,7 +258,7 @@ class ElmoConfig(PreTrainedConfig):
         super().validate_architecture()
         for name in _FIELD_RULES:
             _check_field(name, getattr(self, name))
-        if self.char_vocab_size < CHAR_VOCAB_SIZE:
+        if self.boundary_input_ids is None and self.char_vocab_size < CHAR_VOCAB_SIZE:
             raise ValueError(
                 f"ElmoConfig.char_vocab_size must be at least {CHAR_VOCAB_SIZE} (ELMo's character ids), got "
                 f"{self.char_vocab_size}."
@@ -248,6 +269,7 @@ class ElmoConfig(PreTrainedConfig):
                     f"ElmoConfig.filters has width {width}, wider than max_characters_per_token "
                     f"({self.max_characters_per_token})."
                 )
+        self._validate_dictionary_fields()
         if self.scalar_mix_parameters is not None and len(self.scalar_mix_parameters) != self.num_layers + 1:
             raise ValueError(
                 f"ElmoConfig.scalar_mix_parameters needs num_layers + 1 = {self.num_layers + 1} values, got "
@@ -259,6 +281,36 @@ class ElmoConfig(PreTrainedConfig):
                 "output, but there is no task biLSTM (task_lstm_dim=None); set task_lstm_dim or leave it False."
             )
 
+    def _validate_dictionary_fields(self):
+        """Checks the word embedding and the dictionary boundary rows (ELMoForManyLangs checkpoints)."""
+        if (self.word_embedding_vocab_size > 0) != (self.word_embedding_dim > 0):
+            raise ValueError(
+                f"ElmoConfig.word_embedding_vocab_size ({self.word_embedding_vocab_size}) and "
+                f"word_embedding_dim ({self.word_embedding_dim}) must both be 0 (no word embedding) or both positive."
+            )
+        if self.boundary_input_ids is None:
+            if self.word_embedding_dim:
+                raise ValueError(
+                    "ElmoConfig.word_embedding_dim needs boundary_input_ids: word ids come from a dictionary, and the "
+                    "boundary rows must give the <S> and </S> word ids."
+                )
+            return
+        rows = self.boundary_input_ids
+        if len(rows) != 2 or any(len(row) != self.row_width for row in rows):
+            raise ValueError(
+                f"ElmoConfig.boundary_input_ids must be 2 rows (<S>, </S>) of row_width = {self.row_width} ids, got "
+                f"{[len(row) for row in rows]}."
+            )
+        for row in rows:
+            chars, words = row[: self.max_characters_per_token], row[self.max_characters_per_token :]
+            if not all(0 < char_id < self.char_vocab_size for char_id in chars) or not all(
+                0 < word_id < self.word_embedding_vocab_size for word_id in words
+            ):
+                raise ValueError(
+                    f"ElmoConfig.boundary_input_ids row {row} has ids outside 1..char_vocab_size - 1 "
+                    f"({self.char_vocab_size - 1}) or, for the word id, 1..word_embedding_vocab_size - 1."
+                )
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -269,6 +321,10 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _is_int_row(row: Any) -> bool:
+    return isinstance(row, (list, tuple)) and all(_is_int(value) for value in row)
+
+
 def _is_filter_bank(bank: Any) -> bool:
     return isinstance(bank, (list, tuple)) and len(bank) == 2 and all(_is_int(v) and v >= 1 for v in bank)
 
@@ -276,9 +332,16 @@ def _is_filter_bank(bank: Any) -> bool:
 _POSITIVE_INT = (lambda v: _is_int(v) and v >= 1, "a positive integer")
 _CLIP = (lambda v: v is None or (_is_number(v) and v > 0), "positive or None (no clipping), and finite")
 _NON_NEGATIVE = (lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
+_NO_WORD_EMBEDDING_OR_SIZE = (lambda v: _is_int(v) and v >= 0, "an integer >= 0 (0: no word embedding)")
 # Each field's own constraint, checked whenever it is set: (test, what a valid value is).
 _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "char_vocab_size": _POSITIVE_INT,
+    "word_embedding_vocab_size": _NO_WORD_EMBEDDING_OR_SIZE,
+    "word_embedding_dim": _NO_WORD_EMBEDDING_OR_SIZE,
+    "boundary_input_ids": (
+        lambda v: v is None or (isinstance(v, (list, tuple)) and all(_is_int_row(row) for row in v)),
+        "None (UTF-8 byte ids) or the two rows of ids of <S> and </S>",
+    ),
     "max_characters_per_token": (
         lambda v: _is_int(v) and v >= 3,
         "an integer of at least 3 (begin-of-word, one byte, end-of-word)",

@@ -225,8 +225,8 @@ class CpuLinear:
         return onednn_linear(inputs, weight, self.bias, add)
 
 
-def encode_words(encoder: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:
-    """`ElmoCharacterEncoder`'s computation: `(num_words, max_characters_per_token)` character ids ->
+def encode_words(encoder: nn.Module, word_ids: torch.Tensor) -> torch.Tensor:
+    """`ElmoCharacterEncoder`'s computation: `(num_words, row_width)` ids (characters, then the word id if any) ->
     `(num_words, projection_dim)`, on chunks of `encoder.chunk_size` words.
 
     Each convolution is one matrix product over all windows of all words of a chunk (faster on CPU than the direct
@@ -241,8 +241,8 @@ def encode_words(encoder: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:
     ]
     projection = CpuLinear(encoder.projection.weight, encoder.projection.bias)
     chunks = []
-    for chunk in char_ids.split(encoder.chunk_size):
-        embedded = encoder.char_embeddings(chunk)
+    for chunk in word_ids.split(encoder.chunk_size):
+        embedded = encoder.char_embeddings(chunk[:, : encoder.config.max_characters_per_token])
         num_words, chars, dim = embedded.shape
         pooled = []
         for conv, product in zip(cnn.convolutions, convolutions):
@@ -254,7 +254,7 @@ def encode_words(encoder: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:
         for gate_product, transform_product in highway:
             gate = torch.sigmoid(gate_product(features))
             features = gate * torch.relu(transform_product(features)) + (1 - gate) * features
-        chunks.append(projection(features))
+        chunks.append(projection(encoder.with_word_embeddings(features, chunk)))
     return torch.cat(chunks)
 
 

@@ -38,6 +38,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils.generic import can_return_tuple
+from transformers.utils import logging
 
 from .cpu_kernels import encode_words, kernels_apply, lstm_with_projection
 from .configuration_elmo import ElmoConfig
@@ -114,7 +115,11 @@ class ElmoHighway(nn.Module):
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """The context-independent token layer: character embeddings, CNN, highway, linear projection."""
+    """The context-independent token layer: character embeddings, CNN, highway, linear projection.
+
+    With `config.word_embedding_dim` (ELMoForManyLangs), a word embedding is concatenated in front of the highway
+    output and projected with it; the word's id is the last of its `row_width` ids.
+    """
 
     # Words encoded at once: bounds the CNN's intermediate memory ((chunk, num_filters, max_characters_per_token)
     # floats) whatever the number of words.
@@ -124,17 +129,34 @@ class ElmoCharacterEncoder(nn.Module):
         super().__init__()
         self.config = config
         self.char_embeddings = nn.Embedding(config.char_vocab_size, config.char_embedding_dim, padding_idx=0)
+        self.word_embeddings = (
+            nn.Embedding(config.word_embedding_vocab_size, config.word_embedding_dim, padding_idx=0)
+            if config.word_embedding_dim
+            else None
+        )
         self.char_cnn = ElmoCharCnn(config)
         self.highway = ElmoHighway(config)
-        self.projection = nn.Linear(config.num_filters, config.projection_dim)
+        self.projection = nn.Linear(config.word_embedding_dim + config.num_filters, config.projection_dim)
 
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """`(num_words, max_characters_per_token)` character ids -> `(num_words, projection_dim)` token vectors."""
-        if use_cpu_kernels(self, char_ids):
-            return encode_words(self, char_ids)
+    def forward(self, word_ids: torch.Tensor) -> torch.Tensor:
+        """`(num_words, row_width)` ids (characters, then the word id if any) -> `(num_words, projection_dim)`."""
+        if use_cpu_kernels(self, word_ids):
+            return encode_words(self, word_ids)
         # The export path takes all words at once: a number of chunks would depend on the data.
-        chunks = (char_ids,) if use_export_path(self.config) else char_ids.split(self.chunk_size)
-        return torch.cat([self.projection(self.highway(self.char_cnn(self.char_embeddings(chunk)))) for chunk in chunks])
+        chunks = (word_ids,) if use_export_path(self.config) else word_ids.split(self.chunk_size)
+        chars = self.config.max_characters_per_token
+        embedded = []
+        for chunk in chunks:
+            features = self.highway(self.char_cnn(self.char_embeddings(chunk[:, :chars])))
+            embedded.append(self.projection(self.with_word_embeddings(features, chunk)))
+        return torch.cat(embedded)
+
+    def with_word_embeddings(self, features: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
+        """`(num_words, num_filters)` highway output -> the projection's input: the word embedding of each row's last
+        id in front of it when the model has one (`(num_words, word_embedding_dim + num_filters)`), else unchanged."""
+        if self.word_embeddings is None:
+            return features
+        return torch.cat([self.word_embeddings(word_ids[:, self.config.max_characters_per_token]), features], dim=-1)
 
 
 def masked_recurrence(
@@ -471,6 +493,18 @@ class ElmoPreTrainedModel(PreTrainedModel):
         if isinstance(module, ElmoModel):
             init.copy_(module.boundary_char_ids, module.boundary_char_ids_of(module.config))
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """Loads as usual, without transformers' per-tensor "Loading weights" bar (a checkpoint has a few dozen
+        tensors; downloads keep their own bar)."""
+        shown = logging.is_progress_bar_enabled()
+        logging.disable_progress_bar()
+        try:
+            return super().from_pretrained(*args, **kwargs)
+        finally:
+            if shown:
+                logging.enable_progress_bar()
+
 
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: per-word contextual vectors from character ids.
@@ -491,12 +525,15 @@ class ElmoModel(ElmoPreTrainedModel):
         super().__init__(config)
         self.token_encoder = ElmoCharacterEncoder(config)
         self.bilm = ElmoBiLm(config)
-        # (2, max_characters_per_token): the character ids of <S> and </S>, which the model adds to every sentence.
+        # (2, row_width): the input ids of <S> and </S>, which the model adds to every sentence.
         self.register_buffer("boundary_char_ids", self.boundary_char_ids_of(config), persistent=False)
         self.post_init()
 
     @staticmethod
     def boundary_char_ids_of(config: ElmoConfig) -> torch.Tensor:
+        """The config's boundary rows for a character dictionary, else the fixed UTF-8 byte rows."""
+        if config.boundary_input_ids is not None:
+            return torch.tensor(config.boundary_input_ids)
         chars = config.max_characters_per_token
         return torch.tensor([word_to_char_ids(token, chars) for token in (BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN)])
 
@@ -520,39 +557,47 @@ class ElmoModel(ElmoPreTrainedModel):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
-        if torch.iinfo(input_ids.dtype).max < self.config.char_vocab_size - 1:
+        largest, name = max(
+            (self.config.char_vocab_size - 1, "character ids"),
+            (self.config.word_embedding_vocab_size - 1, "word ids"),
+        )
+        if torch.iinfo(input_ids.dtype).max < largest:
             raise TypeError(
-                f"input_ids has dtype {input_ids.dtype}, which cannot hold character ids up to "
-                f"{self.config.char_vocab_size - 1} (begin/end-of-word are 259/260), so its values have wrapped "
-                "around; keep the torch.long ids ElmoTokenizer returns."
+                f"input_ids has dtype {input_ids.dtype}, which cannot hold {name} up to {largest}, so its values have "
+                "wrapped around; keep the torch.long ids ElmoTokenizer returns."
             )
         if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
             raise TypeError(
                 f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
                 "return_tensors='pt' or pass torch.tensor(attention_mask)."
             )
-        chars = self.config.max_characters_per_token
+        chars, width = self.config.max_characters_per_token, self.config.row_width
         if input_ids.dim() != 3:
             raise ValueError(
-                f"input_ids must have shape (batch_size, sequence_length, {chars}): one row of character ids per "
-                f"word, as ElmoTokenizer returns; got shape {tuple(input_ids.shape)}."
+                f"input_ids must have shape (batch_size, sequence_length, {width}): one row of ids per word, as "
+                f"ElmoTokenizer returns; got shape {tuple(input_ids.shape)}."
             )
         if input_ids.shape[0] == 0:
             raise ValueError("input_ids is an empty batch (batch_size 0); pass at least one sentence.")
-        if input_ids.shape[-1] != chars:
+        if input_ids.shape[-1] != width:
+            words = " and the word id" if self.config.word_embedding_dim else ""
             raise ValueError(
-                f"input_ids has {input_ids.shape[-1]} character ids per word, but this model reads "
-                f"max_characters_per_token={chars}; tokenize with ElmoTokenizer(max_characters_per_token={chars})."
+                f"input_ids has {input_ids.shape[-1]} ids per word, but this model reads {width} "
+                f"(max_characters_per_token={chars}{words}); tokenize with the tokenizer saved with the model."
             )
         if not check_values:
             return
-        if input_ids.numel():
-            low, high = int(input_ids.min()), int(input_ids.max())
-            if low < 0 or high >= self.config.char_vocab_size:
-                raise ValueError(
-                    f"input_ids holds character ids outside 0..{self.config.char_vocab_size - 1} (found "
-                    f"{low}..{high}); ELMo ids come from ElmoTokenizer."
-                )
+        for name, ids, size in (
+            ("character", input_ids[..., :chars], self.config.char_vocab_size),
+            ("word", input_ids[..., chars:], self.config.word_embedding_vocab_size),
+        ):
+            if ids.numel():
+                low, high = int(ids.min()), int(ids.max())
+                if low < 0 or high >= size:
+                    raise ValueError(
+                        f"input_ids holds {name} ids outside 0..{size - 1} (found {low}..{high}); ELMo ids come from "
+                        "the tokenizer saved with the model."
+                    )
         if attention_mask is not None:
             if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
                 raise ValueError(
@@ -594,7 +639,8 @@ class ElmoModel(ElmoPreTrainedModel):
         """The token vectors of every sentence wrapped in `<S>`, `</S>`: `(batch_size, sequence_length + 2,
         projection_dim)`, zero beyond each row's `lengths + 2`. Words must come first in each row (`mask`).
 
-        The token layer runs once per distinct word of the batch (and the two boundary tokens), never on padding.
+        The token layer runs once per distinct row of ids (characters, and the word id if any) of the batch and the
+        two boundary tokens, never on padding.
         """
         batch_size, sequence_length = mask.shape
         words = torch.cat([self.boundary_char_ids.to(input_ids), input_ids[mask]])
@@ -696,8 +742,8 @@ class ElmoModel(ElmoPreTrainedModel):
         steps = torch.arange(sequence_length + 2, device=mask.device)
         words = (steps[1:-1] <= lengths.unsqueeze(1)).unsqueeze(-1)  # (batch_size, sequence_length, 1)
 
-        chars = self.config.max_characters_per_token
-        embeddings = self.token_encoder(torch.cat([self.boundary_char_ids.to(input_ids), input_ids.view(-1, chars)]))
+        rows = input_ids.reshape(-1, self.config.row_width)
+        embeddings = self.token_encoder(torch.cat([self.boundary_char_ids.to(input_ids), rows]))
         begin_embedding, end_embedding = embeddings[0], embeddings[1]
         word_embeddings = embeddings[2:].view(batch_size, sequence_length, -1) * words
         # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
@@ -714,7 +760,18 @@ class ElmoModel(ElmoPreTrainedModel):
 
 
 class ElmoScalarMix(nn.Module):
-    r"""A task's learned mix of the biLM layers (paper eq. 1): `gamma * sum_j softmax(s)_j * h_j`.
+    r"""A mix of the biLM layers (paper eq. 1): `gamma * sum_j w_j * h_j` with `w = softmax(s)`.
+
+    The usual ways to build one:
+    - `ElmoScalarMix(num_layers + 1)`: learned weights, starting equal (what a task head trains);
+    - `ElmoScalarMix.top_layer(num_layers + 1)`: the top layer only (weights `[0, ..., 0, 1]`);
+    - `ElmoScalarMix.average(num_layers + 1)`: the plain average of the layers;
+    - `ElmoScalarMix.from_weights([0.2, 0.3, 0.5], gamma=1.0)`: any fixed weights, given as the normalised weights
+      `w` themselves (non-negative, summing to 1), for example those a trained mix reports with `weights()`.
+    The last three are fixed (nothing to train) and accept outputs computed under `torch.inference_mode()`.
+
+    `fixed_weights` in the constructor are the *pre-softmax* scalars `s` (the config's `scalar_mix_parameters`,
+    AllenNLP's convention): `fixed_weights=[0, 0, 1]` weighs the layers `[0.21, 0.21, 0.58]`, not the top layer only.
 
     Optionally each layer is normalised first (`"token"`: every word vector to zero mean and unit variance, independent
     of the batch; `"batch"`: one mean and variance over all words of the batch, as bilm-tf's `weight_layers` does, so a
@@ -740,13 +797,45 @@ class ElmoScalarMix(nn.Module):
         self.l2_coefficient = l2_coefficient if trainable else 0.0
         self.reset_parameters()
 
+    @classmethod
+    def from_weights(
+        cls, weights: list[float], gamma: float = 1.0, layer_norm: str | None = None
+    ) -> "ElmoScalarMix":
+        """A fixed mix applying exactly `weights` (non-negative, summing to 1; zeros drop a layer) and `gamma`."""
+        weights = torch.tensor(weights, dtype=torch.float64)
+        if weights.dim() != 1 or not len(weights) or not bool((torch.isfinite(weights) & (weights >= 0)).all()):
+            raise ValueError(f"weights must be non-negative numbers, one per layer, got {weights.tolist()}.")
+        if abs(weights.sum().item() - 1) > 1e-3:
+            raise ValueError(
+                f"weights must sum to 1 (they are the normalised weights softmax(s)), got {weights.tolist()} summing "
+                f"to {weights.sum().item():.4g}; for the average of {len(weights)} layers use ElmoScalarMix.average."
+            )
+        mix = cls(len(weights), layer_norm=layer_norm, fixed_weights=weights.log().tolist())
+        with torch.no_grad():
+            mix.gamma.fill_(gamma)
+        return mix
+
+    @classmethod
+    def top_layer(cls, num_representations: int) -> "ElmoScalarMix":
+        """The top layer only, as a fixed mix of `num_representations` layers."""
+        return cls.from_weights([0.0] * (num_representations - 1) + [1.0])
+
+    @classmethod
+    def average(cls, num_representations: int) -> "ElmoScalarMix":
+        """The plain average of `num_representations` layers, as a fixed mix."""
+        return cls.from_weights([1.0 / num_representations] * num_representations)
+
     def reset_parameters(self):
         """Equal weights (or the fixed ones) and gamma 1."""
         weights = self.fixed_weights if self.fixed_weights is not None else [0.0] * self.scalar_parameters.shape[0]
         init.copy_(self.scalar_parameters, torch.tensor(weights, dtype=self.scalar_parameters.dtype))
         init.ones_(self.gamma)
 
-    def _normalise(self, layer: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def weights(self) -> torch.Tensor:
+        """The normalised weights `softmax(s)` the mix applies, `(num_representations,)`."""
+        return torch.softmax(self.scalar_parameters, dim=0)
+
+    def _normalise(self, layer: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         if self.layer_norm == "token":
             return nn.functional.layer_norm(layer, layer.shape[-1:], eps=1e-12)
         keep = mask.unsqueeze(-1).to(layer.dtype)
@@ -755,22 +844,46 @@ class ElmoScalarMix(nn.Module):
         variance = (((layer - mean) * keep) ** 2).sum() / count
         return (layer - mean) / torch.sqrt(variance + 1e-12)
 
-    def forward(self, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
-        """`num_representations` tensors `(batch_size, sequence_length, dim)` and the word mask -> `(batch_size,
-        sequence_length, dim)`, zero at padding."""
+    def _check_inputs(self, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor | None):
+        """Raises a clear error for what the mix cannot use."""
+        if hidden_states is None or isinstance(hidden_states, ModelOutput):
+            raise TypeError(
+                "ElmoScalarMix takes the model's layers: call the model with output_hidden_states=True and pass "
+                "outputs.hidden_states."
+            )
         if len(hidden_states) != self.scalar_parameters.shape[0]:
             raise ValueError(
                 f"ElmoScalarMix mixes {self.scalar_parameters.shape[0]} layers, got {len(hidden_states)}."
             )
-        weights = torch.softmax(self.scalar_parameters, dim=0)
+        if mask is None and self.layer_norm == "batch":
+            raise ValueError("layer_norm='batch' needs the word mask: pass the tokenizer's attention_mask as mask.")
+        trains = torch.is_grad_enabled() and (self.scalar_parameters.requires_grad or self.gamma.requires_grad)
+        if trains and any(layer.is_inference() for layer in hidden_states):
+            raise RuntimeError(
+                "ElmoScalarMix got layers computed under torch.inference_mode(), which cannot train its weights. "
+                "Compute them under torch.no_grad() instead (the biLM stays frozen), or also run the mix under "
+                "torch.inference_mode() if you only need its output; a fixed mix (ElmoScalarMix.top_layer, "
+                ".average, .from_weights) takes them anywhere."
+            )
+
+    def forward(self, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`num_representations` tensors `(batch_size, sequence_length, dim)` (`outputs.hidden_states`) and optionally
+        the word mask `(batch_size, sequence_length)` (the tokenizer's `attention_mask`) -> `(batch_size,
+        sequence_length, dim)`. With the mask, padding comes out zero; without it, padding stays as the layers have it
+        (zero for `ElmoModel`'s outputs). `layer_norm="batch"` needs the mask."""
+        self._check_inputs(hidden_states, mask)
         mixed = sum(
             weight * (self._normalise(layer, mask) if self.layer_norm else layer)
-            for weight, layer in zip(weights, hidden_states)
+            for weight, layer in zip(self.weights(), hidden_states)
         )
-        return self.dropout(self.gamma * mixed * mask.unsqueeze(-1).to(mixed.dtype))
+        if mask is not None:
+            mixed = mixed * mask.unsqueeze(-1).to(mixed.dtype)
+        return self.dropout(self.gamma * mixed)
 
     def l2_penalty(self) -> torch.Tensor:
         """`lambda * ||s||^2` (zero for fixed weights)."""
+        if not self.l2_coefficient:
+            return self.scalar_parameters.new_zeros(())
         return self.l2_coefficient * self.scalar_parameters.pow(2).sum()
 
 
@@ -874,6 +987,18 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         loaded = super().from_pretrained(*args, **kwargs)
         (loaded[0] if isinstance(loaded, tuple) else loaded)._set_trainable()
         return loaded
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info):
+        """A head loaded on a biLM checkpoint is expected to lack its task layers: one line says so, instead of
+        transformers' table of missing keys (which still lists anything missing from the biLM)."""
+        super()._adjust_missing_and_unexpected_keys(loading_info)
+        new = {key for key in loading_info.missing_keys if not key.startswith(f"{self.base_model_prefix}.")}
+        if new:
+            layers = sorted({key.rsplit(".", 1)[0] for key in new})
+            logging.get_logger(__name__).warning(
+                f"{type(self).__name__}: new task layers ({', '.join(layers)}) start from random values; train them."
+            )
+            loading_info.missing_keys -= new
 
     def _elmo_features(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, output_hidden_states: bool | None

@@ -11,8 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Character-level tokenizer for ELMo: one row of UTF-8 byte ids per word."""
+"""Character-level tokenizer for ELMo: one row of character ids per word, from UTF-8 bytes or a dictionary."""
 
+import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,6 +42,9 @@ _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 # Names of the word-structure characters in the character vocabulary (bytes are named by `chr(byte)`).
 _NAMED_CHARS = {"<bow>": BEGIN_WORD_CHAR_ID, "<eow>": END_WORD_CHAR_ID, "<char_pad>": PADDING_WITHIN_WORD_CHAR_ID}
 _NAMED_CHAR_IDS = {char_id: name for name, char_id in _NAMED_CHARS.items()}
+# Dictionary mode: the entry of unknown characters (in "characters") and unknown words (in "words") of vocab.json.
+UNKNOWN_ENTRY = "<oov>"
+VOCAB_FILES_NAMES = {"vocab_file": "vocab.json"}
 
 
 def _check_max_characters_per_token(max_characters_per_token: int) -> None:
@@ -128,7 +133,19 @@ class ElmoTokenizer(PreTrainedTokenizer):
     labels, `word_ids()` and `special_tokens_mask` line up with the words. Only the literal words `"<S>"` and `"</S>"`
     map to the boundary rows, as in the original (raw text split at punctuation never yields them).
 
+    Dictionary mode (`vocab_file`, the ELMoForManyLangs models): characters are Unicode code points looked up in the
+    vocabulary's `"characters"` (unknown ones get its `"<oov>"` id) instead of UTF-8 bytes. A word keeps its first
+    `max_characters_per_token - 2` code points, framed by the `"<bow>"` and `"<eow>"` ids and padded with
+    `"<char_pad>"`; the words equal to `bos_token` / `eos_token` become the sentence-boundary rows. If the vocabulary
+    also has `"words"`, every row gets one more id at the end: the (cut) word's id, or `"<oov>"`'s, so `input_ids` are
+    `(batch_size, sequence_length, max_characters_per_token + 1)`. Ids start at 1; 0 stays the padding word. Raw text
+    is split as above, which never splits a run of Chinese or Japanese characters: those models expect words
+    segmented as in their training data, so pass segmented words (`is_split_into_words=True`) or space-separated text.
+
     Args:
+        vocab_file (`str`, *optional*):
+            `vocab.json` of dictionary mode: `{"characters": {entry: id}, "words": {entry: id}}` (`"words"` optional).
+            `None` (default): UTF-8 byte ids.
         bos_token (`str`, *optional*, defaults to `"<S>"`):
             Name of the begin-sentence id 257.
         eos_token (`str`, *optional*, defaults to `"</S>"`):
@@ -144,9 +161,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
     """
 
     model_input_names = ["input_ids", "attention_mask"]
+    vocab_files_names = VOCAB_FILES_NAMES
 
     def __init__(
         self,
+        vocab_file: str | None = None,
         bos_token: str | AddedToken = BEGIN_SENTENCE_TOKEN,
         eos_token: str | AddedToken = END_SENTENCE_TOKEN,
         pad_token: str | AddedToken = "<pad>",
@@ -157,16 +176,23 @@ class ElmoTokenizer(PreTrainedTokenizer):
     ):
         _check_max_characters_per_token(max_characters_per_token)
         self.max_characters_per_token = max_characters_per_token
+        self.char_vocab, self.word_vocab = (None, None) if vocab_file is None else _read_vocab(vocab_file)
+        # Dictionary mode: character id -> vocabulary entry, to turn rows back into words.
+        self._char_entries = {char_id: entry for entry, char_id in (self.char_vocab or {}).items()}
         self.split_punctuation = split_punctuation
         self.add_bos_eos = add_bos_eos
         self._pre_tokenizer = (
             pre_tokenizers.BertPreTokenizer() if split_punctuation else pre_tokenizers.WhitespaceSplit()
         )
+        begin_sentence_id, end_sentence_id = BEGIN_SENTENCE_CHAR_ID, END_SENTENCE_CHAR_ID
+        if self.char_vocab is not None:
+            _check_dictionary(self.char_vocab, self.word_vocab, str(bos_token), str(eos_token), vocab_file)
+            begin_sentence_id, end_sentence_id = self.char_vocab[str(bos_token)], self.char_vocab[str(eos_token)]
         # Pin the special tokens to their character ids before the base class would append them after the vocabulary.
         self._added_tokens_decoder = {
             PADDING_CHAR_ID: _special_token(pad_token),
-            BEGIN_SENTENCE_CHAR_ID: _special_token(bos_token),
-            END_SENTENCE_CHAR_ID: _special_token(eos_token),
+            begin_sentence_id: _special_token(bos_token),
+            end_sentence_id: _special_token(eos_token),
         }
         super().__init__(
             bos_token=bos_token,
@@ -180,16 +206,51 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     @property
     def vocab_size(self) -> int:
-        return CHAR_VOCAB_SIZE
+        return CHAR_VOCAB_SIZE if self.char_vocab is None else max(self.char_vocab.values()) + 1
+
+    @property
+    def row_width(self) -> int:
+        """Ids per word in `input_ids`: `max_characters_per_token`, plus the word id with a word vocabulary."""
+        return self.max_characters_per_token + (0 if self.word_vocab is None else 1)
+
+    @property
+    def boundary_words(self) -> tuple[str, str]:
+        """The words whose rows are the sentence boundaries (`<S>`/`</S>` for bytes, the special tokens otherwise)."""
+        if self.char_vocab is None:
+            return BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN
+        return str(self.bos_token), str(self.eos_token)
 
     def get_vocab(self) -> dict[str, int]:
+        if self.char_vocab is not None:
+            return {**self.char_vocab, **self._added_tokens_encoder}
         vocab = {chr(byte): byte + 1 for byte in range(256)}
         vocab.update(_NAMED_CHARS)
         vocab.update(self._added_tokens_encoder)
         return vocab
 
+    def word_to_ids(self, word: str) -> list[int]:
+        """The `row_width` ids of one word, as they appear in `input_ids`."""
+        if self.char_vocab is None:
+            return word_to_char_ids(word, self.max_characters_per_token)
+        # As ELMoForManyLangs: the word is cut to max_characters_per_token - 2 code points before any lookup.
+        word = word[: self.max_characters_per_token - 2]
+        chars = self.char_vocab
+        if word in self.boundary_words:
+            char_ids = [chars[word]]
+        else:
+            char_ids = [chars.get(char, chars[UNKNOWN_ENTRY]) for char in word]
+        row = [chars["<bow>"], *char_ids, chars["<eow>"]]
+        row += [chars["<char_pad>"]] * (self.max_characters_per_token - len(row))
+        if self.word_vocab is not None:
+            row.append(self.word_vocab.get(word, self.word_vocab[UNKNOWN_ENTRY]))
+        return row
+
     def _convert_token_to_id(self, token: str) -> int:
         """Id of one entry of the character vocabulary (a byte as `chr(byte)`, or `<bow>`/`<eow>`/`<char_pad>`)."""
+        if self.char_vocab is not None:
+            if token in self.char_vocab:
+                return self.char_vocab[token]
+            raise ValueError(f"{token!r} is not in the character vocabulary; to encode words call the tokenizer.")
         if token in _NAMED_CHARS:
             return _NAMED_CHARS[token]
         if len(token) == 1 and ord(token) < 256:
@@ -200,6 +261,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         )
 
     def _convert_id_to_token(self, index: int) -> str:
+        if self.char_vocab is not None:
+            if index in self._char_entries:
+                return self._char_entries[index]
+            raise ValueError(f"Character id {index} is not in the character vocabulary [1, {self.vocab_size}).")
         if 1 <= index <= 256:
             return chr(index - 1)
         if index in _NAMED_CHAR_IDS:
@@ -207,8 +272,16 @@ class ElmoTokenizer(PreTrainedTokenizer):
         raise ValueError(f"Character id {index} is outside the ELMo character vocabulary [0, {CHAR_VOCAB_SIZE}).")
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
-        """The vocabulary is fixed (bytes), so there is no file to save."""
-        return ()
+        """Writes `vocab.json` in dictionary mode; the byte vocabulary is fixed, so there is no file to save."""
+        if self.char_vocab is None:
+            return ()
+        path = os.path.join(save_directory, (filename_prefix + "-" if filename_prefix else "") + "vocab.json")
+        vocab = {"characters": self.char_vocab}
+        if self.word_vocab is not None:
+            vocab["words"] = self.word_vocab
+        with open(path, "w", encoding="utf-8") as file:
+            json.dump(vocab, file, ensure_ascii=False, indent=0)
+        return (path,)
 
     def num_special_tokens_to_add(self, pair: bool = False) -> int:
         return 2 if self.add_bos_eos else 0
@@ -230,10 +303,17 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return [word for word, _ in self._split_words(text)]
 
     def _row_to_word(self, char_ids: Sequence[int]) -> str:
-        """Recover the word of one row; bytes cut inside a character decode to U+FFFD."""
+        """Recover the (cut) word of one row; bytes cut inside a character and unknown characters decode to U+FFFD."""
         char_ids = [int(char_id) for char_id in char_ids]
         if not any(char_ids):
             return str(self.pad_token)
+        if self.char_vocab is not None:
+            entries = self._char_entries
+            chars = [entries.get(char_id) for char_id in char_ids[1 : self.max_characters_per_token]]
+            if chars[0] in self.boundary_words:
+                return chars[0]
+            chars = chars[: chars.index("<eow>")] if "<eow>" in chars else chars
+            return "".join("\ufffd" if char in (UNKNOWN_ENTRY, None) else char for char in chars)
         if BEGIN_SENTENCE_CHAR_ID in char_ids:
             return str(self.bos_token)
         if END_SENTENCE_CHAR_ID in char_ids:
@@ -318,14 +398,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
             keep = max(max_length - (2 if add_boundaries else 0), 0)
             kept = slice(max(len(words) - keep, 0), None) if self.truncation_side == "left" else slice(keep)
             words, offsets, word_ids = words[kept], offsets[kept], word_ids[kept]
-        rows = [word_to_char_ids(word, self.max_characters_per_token) for word in words]
+        rows = [self.word_to_ids(word) for word in words]
         special_tokens_mask = [0] * len(rows)
         if add_boundaries:
-            rows = [
-                word_to_char_ids(BEGIN_SENTENCE_TOKEN, self.max_characters_per_token),
-                *rows,
-                word_to_char_ids(END_SENTENCE_TOKEN, self.max_characters_per_token),
-            ]
+            begin, end = self.boundary_words
+            rows = [self.word_to_ids(begin), *rows, self.word_to_ids(end)]
             offsets = [(0, 0), *offsets, (0, 0)]
             word_ids = [None, *word_ids, None]
             special_tokens_mask = [1, *special_tokens_mask, 1]
@@ -405,7 +482,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             data, word_ids=word_ids, tensor_type=return_tensors, prepend_batch_axis=not is_batched
         )
         if return_tensors is not None:
-            _restore_empty_axes(encoding, self.max_characters_per_token)
+            _restore_empty_axes(encoding, self.row_width)
         return encoding
 
     @staticmethod
@@ -463,7 +540,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return BatchEncoding({key: value[0] for key, value in padded.items()})
         padded = super().pad(encoded_inputs, **pad_kwargs)
         if return_tensors is not None:  # a batch of examples without words (data collators) keeps its word axes
-            _restore_empty_axes(padded, self.max_characters_per_token)
+            _restore_empty_axes(padded, self.row_width)
         return padded
 
     def _pad(
@@ -492,7 +569,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if padding_side not in ("left", "right"):
             raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
         num_padding = max_length - len(rows)
-        width = len(rows[0]) if rows else self.max_characters_per_token
+        width = len(rows[0]) if rows else self.row_width
         fills = {
             "input_ids": [[PADDING_CHAR_ID] * width for _ in range(num_padding)],
             "attention_mask": [0] * num_padding,
@@ -513,11 +590,38 @@ def _special_token(token: str | AddedToken) -> AddedToken:
     return AddedToken(token, lstrip=False, rstrip=False, normalized=False, special=True)
 
 
-def _restore_empty_axes(encoding: BatchEncoding, max_characters_per_token: int) -> None:
+def _read_vocab(path: str | os.PathLike) -> tuple[dict[str, int], dict[str, int] | None]:
+    """The character and (optional) word vocabularies of a dictionary-mode `vocab.json`."""
+    with open(path, encoding="utf-8") as file:
+        vocab = json.load(file)
+    if not isinstance(vocab, dict) or not isinstance(vocab.get("characters"), dict):
+        raise ValueError(f"{path} has no \"characters\" vocabulary; an ELMo dictionary vocab.json has one.")
+    return vocab["characters"], vocab.get("words")
+
+
+def _check_dictionary(
+    chars: dict[str, int], words: dict[str, int] | None, bos: str, eos: str, path: str | os.PathLike
+) -> None:
+    """Raise unless the vocabularies hold the entries rows are built from, with ids from 1 (0 is padding)."""
+    for name, vocab, needed in (
+        ("characters", chars, ("<bow>", "<eow>", "<char_pad>", UNKNOWN_ENTRY, bos, eos)),
+        ("words", words or {}, (UNKNOWN_ENTRY, bos, eos) if words is not None else ()),
+    ):
+        missing = [entry for entry in needed if entry not in vocab]
+        if missing:
+            raise ValueError(
+                f"The {name} of {path} lack the entries {missing}; convert ELMoForManyLangs folders with "
+                "`elmo-hf convert-manylangs`, or pass the bos_token / eos_token the vocabulary names."
+            )
+        if any(not isinstance(index, int) or index < 1 for index in vocab.values()):
+            raise ValueError(f"The {name} of {path} must map entries to ids >= 1 (0 pads whole words).")
+
+
+def _restore_empty_axes(encoding: BatchEncoding, row_width: int) -> None:
     """Give tensors of examples without words (or of an empty batch) their full shape, e.g. `input_ids` `(1, 0)` ->
     `(1, 0, 50)` and `attention_mask` `(0,)` -> `(0, 0)`."""
     trailing_axes = {
-        "input_ids": (max_characters_per_token,),
+        "input_ids": (row_width,),
         "offset_mapping": (2,),
         "attention_mask": (),
         "special_tokens_mask": (),

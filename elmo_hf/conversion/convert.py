@@ -259,12 +259,17 @@ def convert(options_path: str | os.PathLike, weights_path: str | os.PathLike, ou
     return output
 
 
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--output` and `--overwrite`, as every converter takes them (see `staged_folder`)."""
+    parser.add_argument("--output", required=True, help="folder to write (must be empty or absent)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `elmo-hf convert` options."""
     parser.add_argument("--options", required=True, help="the checkpoint's options.json")
     parser.add_argument("--weights", required=True, help="the checkpoint's weights .hdf5")
-    parser.add_argument("--output", required=True, help="folder to write (must be empty or absent)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
+    add_output_arguments(parser)
     parser.add_argument(
         "--model-card", metavar="NAME", help=f"README.md is this released checkpoint's card: {', '.join(MODEL_CARDS)}"
     )
@@ -279,6 +284,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how often a Hub call is retried on timeouts, network errors and 408/429/5xx answers")
 
 
+def run_conversion(conversion: Callable[[], Path], output: str) -> Path | int:
+    """Runs a command's conversion: the folder it wrote, or the exit status after one error line (2 for an input or
+    an --output that cannot be used, 1 if writing failed)."""
+    disable_progress_bar()
+    try:
+        return conversion()
+    except ConversionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"error: writing --output {output} failed: {error.strerror or error}{where}. Nothing was written "
+              f"and {output} is as it was.", file=sys.stderr)
+        return 1
+
+
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """`elmo-hf convert`: convert, then push if asked.
 
@@ -286,18 +307,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """
     if problem := check_push_arguments(args):
         parser.error(problem)
-    disable_progress_bar()
-    try:
-        folder = convert(args.options, args.weights, args.output, overwrite=args.overwrite,
-                         model_card_name=args.model_card, repo_id=args.push_to_hub, report=print)
-    except ConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        where = f" ({error.filename})" if error.filename else ""
-        print(f"error: writing --output {args.output} failed: {error.strerror or error}{where}. Nothing was written "
-              f"and {args.output} is as it was.", file=sys.stderr)
-        return 1
+    folder = run_conversion(lambda: convert(args.options, args.weights, args.output, overwrite=args.overwrite,
+                                            model_card_name=args.model_card, repo_id=args.push_to_hub, report=print),
+                            args.output)
+    if isinstance(folder, int):
+        return folder
     print(f"converted {args.weights} -> {folder}")
     if args.push_to_hub is None:
         return 0

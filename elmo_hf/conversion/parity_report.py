@@ -18,6 +18,7 @@ import torch
 from transformers.utils.logging import disable_progress_bar
 
 from elmo_hf import ElmoModel, ElmoTokenizer
+from elmo_hf.conversion import manylangs
 from elmo_hf.conversion.checkpoint import convert_config, read_options, read_weights
 from elmo_hf.conversion.convert import convert
 from elmo_hf.conversion.reference import reference_layers, words_to_char_ids
@@ -69,6 +70,33 @@ def report(folder: Path, model: ElmoModel, tokenizer: ElmoTokenizer) -> list[tup
     return rows
 
 
+def manylangs_report(folder: Path, converted: Path) -> list[tuple[str, float, bool]]:
+    """Rows for the ELMoForManyLangs fixture: every layer against their Embedder's float64 outputs, in float64 and
+    float32, for one batch and for batches carried statefully."""
+    ids = json.loads((folder / "ids.json").read_text(encoding="utf-8"))
+    expected = np.load(folder / "expected.npz")
+    tokenizer, model = ElmoTokenizer.from_pretrained(converted), ElmoModel.from_pretrained(converted).eval()
+    rows = []
+    for dtype in (torch.float64, torch.float32):
+        single, stateful, state = [], [], None
+        batches = [("single", ids["sentences"], False)]
+        batches += [(f"stateful_{index}", batch, True) for index, batch in enumerate(ids["stateful_batches"])]
+        for prefix, sentences, carry in batches:
+            inputs = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+            with torch.no_grad():
+                outputs = model.to(dtype)(**inputs, output_hidden_states=True, lstm_state=state if carry else None,
+                                          output_lstm_state=carry)
+            state = outputs.lstm_state if carry else state
+            layers = torch.stack(outputs.hidden_states).double().numpy()
+            for row, sentence in enumerate(sentences):
+                pair = (layers[:, row, : len(sentence)], expected[f"{prefix}_{row}"])
+                (stateful if carry else single).append(pair)
+        name = str(dtype).removeprefix("torch.")
+        rows.append(compare(f"all layers, {name}, one batch of {len(ids['sentences'])}", single))
+        rows.append(compare(f"all layers, {name}, stateful, {len(ids['stateful_batches'])} batches", stateful))
+    return rows
+
+
 def compare(what: str, pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[str, float, bool]:
     difference = max(float(np.abs(actual - expected).max()) for actual, expected in pairs)
     close = all(np.allclose(actual, expected, atol=1e-6, rtol=1e-5) for actual, expected in pairs)
@@ -89,6 +117,10 @@ def main():
             model = ElmoModel.from_pretrained(output).eval()
             for what, difference, close in report(folder, model, tokenizer):
                 print(f"| {name} | {what} | {difference:.2e} | {close} |")
+        folder = args.fixtures / "manylangs"
+        output = manylangs.convert(folder / "model", Path(scratch) / "manylangs", language="zh")
+        for what, difference, close in manylangs_report(folder, output):
+            print(f"| manylangs (ELMoForManyLangs) | {what} | {difference:.2e} | {close} |")
 
 
 if __name__ == "__main__":
