@@ -60,7 +60,7 @@ def benchmark_model(name: str, args: argparse.Namespace, sentences: list[list[st
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         start = time.perf_counter()
-        path = export_onnx(folder)
+        path, _ = export_onnx(folder)
         export_seconds = time.perf_counter() - start
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1

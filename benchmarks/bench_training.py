@@ -105,6 +105,15 @@ def forward_flops(config: ElmoConfig, words: int, sentences: int) -> float:
     return 2 * (token_layer + lstm) * (words + 2 * sentences) + 2 * softmax * (words + sentences)
 
 
+def cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def gemm_gflops(size: int = 1024, repeats: int = 5) -> float:
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b
@@ -147,7 +156,7 @@ def main() -> None:
     batch = DataCollatorForElmoPreTraining(vocabulary)([{"words": row} for row in rows])
     num_words = len(words)
 
-    print(f"CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"{args.threads} threads; batch {len(rows)} sentences, {num_words} words; load average "
           f"{os.getloadavg()[0]:.2f}")
     print("| architecture | build | words/s | step s (runs) | GFLOP/s | GEMM GFLOP/s | of GEMM | speed vs nn.LSTM |")

@@ -33,7 +33,6 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
     ElmoScalarMix,
 )
-from .pipeline_elmo import ElmoTokenClassificationPipeline
 from .tokenization_elmo import ElmoTokenizer
 
 AUTO_CLASSES = {
@@ -53,6 +52,16 @@ for auto_class, model_class in AUTO_CLASSES.items():
     model_class.register_for_auto_class(auto_class.__name__)
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """`ElmoTokenClassificationPipeline` is imported on first use: importing transformers.pipelines takes seconds."""
+    if name == "ElmoTokenClassificationPipeline":
+        from .pipeline_elmo import ElmoTokenClassificationPipeline
+
+        return ElmoTokenClassificationPipeline
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ElmoConfig",

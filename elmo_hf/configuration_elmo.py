@@ -17,13 +17,17 @@ import copy
 import math
 from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .pipeline_elmo import ElmoTokenClassificationPipeline
 from .tokenization_elmo import CHAR_VOCAB_SIZE
+
+if TYPE_CHECKING:
+    # Not imported at run time (it imports transformers.pipelines), but named here so that `save_pretrained`, which
+    # copies the files this one imports, copies pipeline_elmo.py beside it, and remote loading fetches it.
+    from .pipeline_elmo import ElmoTokenClassificationPipeline  # noqa: F401
 
 ELMO_ACTIVATIONS = ("relu", "tanh")
 ELMO_IMPLEMENTATIONS = ("auto", "eager", "export")
@@ -38,9 +42,8 @@ ELMO_AUTO_MAP = {
     "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
 }
 # The stock token-classification pipeline cannot read one row of character ids per word, so saved folders name ours.
-# Importing it here makes `save_pretrained` copy pipeline_elmo.py beside this file, and remote loading fetch it.
 _ELMO_TOKEN_CLASSIFICATION_PIPELINE = {
-    "impl": f"pipeline_elmo.{ElmoTokenClassificationPipeline.__name__}",
+    "impl": "pipeline_elmo.ElmoTokenClassificationPipeline",
     "pt": ["AutoModelForTokenClassification"],
     "type": "text",
 }

@@ -235,8 +235,10 @@ def encode_words(encoder: nn.Module, word_ids: torch.Tensor) -> torch.Tensor:
     """
     cnn = encoder.char_cnn
     convolutions = [CpuLinear(conv.weight.reshape(conv.out_channels, -1), conv.bias) for conv in cnn.convolutions]
-    highway = [(CpuLinear(layer.gate.weight, layer.gate.bias), CpuLinear(layer.transform.weight, layer.transform.bias))
-               for layer in encoder.highway.layers]
+    highway = [
+        (CpuLinear(layer.gate.weight, layer.gate.bias), CpuLinear(layer.transform.weight, layer.transform.bias))
+        for layer in encoder.highway.layers
+    ]
     projection = CpuLinear(encoder.projection.weight, encoder.projection.bias)
     chunks = []
     for chunk in word_ids.split(encoder.chunk_size):
@@ -263,14 +265,14 @@ def lstm_with_projection(
     length-sorted batch.
 
     The input-to-gate products of blocks of steps (about `GATE_INPUT_BLOCK_ROWS` rows) are one product each, with the
-    gate bias added there; the recurrent products run the fastest kernel for their row count (`CpuLinear`).
+    gate bias added there; the recurrent products use weights reordered for this call where that pays (`CpuLinear`).
     """
     input_to_gates = CpuLinear(cell.input_to_gates.weight, cell.hidden_to_gates.bias)
     hidden_to_gates = CpuLinear(cell.hidden_to_gates.weight, row_counts=batch_sizes)
     projection = CpuLinear(cell.projection.weight, row_counts=batch_sizes)
-    hidden, state = initial_state
+    hidden, memory = initial_state
     outputs = inputs.new_empty(inputs.shape[0], cell.projection.weight.shape[0])
-    finished_hidden, finished_state = [], []
+    finished_hidden, finished_memory = [], []
     block_start = block_end = 0
     position = 0
     for step, active in enumerate(batch_sizes):
@@ -284,16 +286,16 @@ def lstm_with_projection(
             gate_inputs = input_to_gates(inputs[block_start:block_end])
         if active < hidden.shape[0]:
             finished_hidden.append(hidden[active:])
-            finished_state.append(state[active:])
-            hidden, state = hidden[:active], state[:active]
+            finished_memory.append(memory[active:])
+            hidden, memory = hidden[:active], memory[:active]
         step_gate_inputs = gate_inputs[position - block_start : position - block_start + active]
-        hidden, state = lstm_step(step_gate_inputs, (hidden, state), hidden_to_gates, projection, cell)
+        hidden, memory = lstm_step(step_gate_inputs, (hidden, memory), hidden_to_gates, projection, cell)
         outputs[position : position + active] = hidden
         position += active
     finished_hidden.append(hidden)
-    finished_state.append(state)
+    finished_memory.append(memory)
     # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
-    return outputs, (torch.cat(finished_hidden[::-1]), torch.cat(finished_state[::-1]))
+    return outputs, (torch.cat(finished_hidden[::-1]), torch.cat(finished_memory[::-1]))
 
 
 def lstm_step(

@@ -38,6 +38,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils.generic import can_return_tuple
+from transformers.utils import logging
 
 from .cpu_kernels import encode_words, kernels_apply, lstm_with_projection
 from .configuration_elmo import ElmoConfig
@@ -492,6 +493,18 @@ class ElmoPreTrainedModel(PreTrainedModel):
         if isinstance(module, ElmoModel):
             init.copy_(module.boundary_char_ids, module.boundary_char_ids_of(module.config))
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """Loads as usual, without transformers' per-tensor "Loading weights" bar (a checkpoint has a few dozen
+        tensors; downloads keep their own bar)."""
+        shown = logging.is_progress_bar_enabled()
+        logging.disable_progress_bar()
+        try:
+            return super().from_pretrained(*args, **kwargs)
+        finally:
+            if shown:
+                logging.enable_progress_bar()
+
 
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: per-word contextual vectors from character ids.
@@ -622,6 +635,23 @@ class ElmoModel(ElmoPreTrainedModel):
             state.append(tensor)
         return tuple(state)
 
+    def _token_layer(self, input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The token vectors of every sentence wrapped in `<S>`, `</S>`: `(batch_size, sequence_length + 2,
+        projection_dim)`, zero beyond each row's `lengths + 2`. Words must come first in each row (`mask`).
+
+        The token layer runs once per distinct row of ids (characters, and the word id if any) of the batch and the
+        two boundary tokens, never on padding.
+        """
+        batch_size, sequence_length = mask.shape
+        words = torch.cat([self.boundary_char_ids.to(input_ids), input_ids[mask]])
+        distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
+        embeddings = self.token_encoder(distinct_ids)[occurrences]
+        tokens = embeddings.new_zeros(batch_size, sequence_length + 2, self.config.projection_dim)
+        tokens[:, 0] = embeddings[0]
+        tokens[:, 1 : sequence_length + 1][mask] = embeddings[2:]
+        tokens[torch.arange(batch_size, device=mask.device), lengths + 1] = embeddings[1]
+        return tokens
+
     @can_return_tuple
     def forward(
         self,
@@ -648,7 +678,9 @@ class ElmoModel(ElmoPreTrainedModel):
                 passed through unchanged, as the original implementations keep them.
         """
         if input_ids is None:
-            raise ValueError("ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token).")
+            raise ValueError(
+                "ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token)."
+            )
         export_path = use_export_path(self.config)
         traced = torch.compiler.is_exporting() or torch.compiler.is_compiling()
         self._check_inputs(input_ids, attention_mask, check_values=not (export_path and traced))
@@ -672,18 +704,7 @@ class ElmoModel(ElmoPreTrainedModel):
         if order is not None:
             input_ids, mask = gather_words(input_ids, order), gather_words(mask, order)
 
-        # The char CNN runs once per distinct row of ids (characters and word id) of the batch and the two boundary
-        # tokens, never on padding.
-        words = torch.cat([self.boundary_char_ids.to(input_ids), input_ids[mask]])
-        distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
-        embeddings = self.token_encoder(distinct_ids)[occurrences]
-        begin_embedding, end_embedding, word_embeddings = embeddings[0], embeddings[1], embeddings[2:]
-        # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
-        tokens = word_embeddings.new_zeros(batch_size, sequence_length + 2, self.config.projection_dim)
-        tokens[:, 1 : sequence_length + 1][mask] = word_embeddings
-        tokens[:, 0] = begin_embedding
-        tokens[torch.arange(batch_size, device=mask.device), lengths + 1] = end_embedding
-
+        tokens = self._token_layer(input_ids, mask, lengths)
         initial_state = self._initial_lstm_state(lstm_state, batch_size, tokens)
         layer_outputs, final_state = self.bilm(tokens, lengths + 2, initial_state)
 
@@ -721,8 +742,8 @@ class ElmoModel(ElmoPreTrainedModel):
         steps = torch.arange(sequence_length + 2, device=mask.device)
         words = (steps[1:-1] <= lengths.unsqueeze(1)).unsqueeze(-1)  # (batch_size, sequence_length, 1)
 
-        chars = self.config.max_characters_per_token
-        embeddings = self.token_encoder(torch.cat([self.boundary_char_ids.to(input_ids), input_ids.view(-1, chars)]))
+        rows = input_ids.reshape(-1, self.config.row_width)
+        embeddings = self.token_encoder(torch.cat([self.boundary_char_ids.to(input_ids), rows]))
         begin_embedding, end_embedding = embeddings[0], embeddings[1]
         word_embeddings = embeddings[2:].view(batch_size, sequence_length, -1) * words
         # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
@@ -739,7 +760,18 @@ class ElmoModel(ElmoPreTrainedModel):
 
 
 class ElmoScalarMix(nn.Module):
-    r"""A task's learned mix of the biLM layers (paper eq. 1): `gamma * sum_j softmax(s)_j * h_j`.
+    r"""A mix of the biLM layers (paper eq. 1): `gamma * sum_j w_j * h_j` with `w = softmax(s)`.
+
+    The usual ways to build one:
+    - `ElmoScalarMix(num_layers + 1)`: learned weights, starting equal (what a task head trains);
+    - `ElmoScalarMix.top_layer(num_layers + 1)`: the top layer only (weights `[0, ..., 0, 1]`);
+    - `ElmoScalarMix.average(num_layers + 1)`: the plain average of the layers;
+    - `ElmoScalarMix.from_weights([0.2, 0.3, 0.5], gamma=1.0)`: any fixed weights, given as the normalised weights
+      `w` themselves (non-negative, summing to 1), for example those a trained mix reports with `weights()`.
+    The last three are fixed (nothing to train) and accept outputs computed under `torch.inference_mode()`.
+
+    `fixed_weights` in the constructor are the *pre-softmax* scalars `s` (the config's `scalar_mix_parameters`,
+    AllenNLP's convention): `fixed_weights=[0, 0, 1]` weighs the layers `[0.21, 0.21, 0.58]`, not the top layer only.
 
     Optionally each layer is normalised first (`"token"`: every word vector to zero mean and unit variance, independent
     of the batch; `"batch"`: one mean and variance over all words of the batch, as bilm-tf's `weight_layers` does, so a
@@ -765,13 +797,45 @@ class ElmoScalarMix(nn.Module):
         self.l2_coefficient = l2_coefficient if trainable else 0.0
         self.reset_parameters()
 
+    @classmethod
+    def from_weights(
+        cls, weights: list[float], gamma: float = 1.0, layer_norm: str | None = None
+    ) -> "ElmoScalarMix":
+        """A fixed mix applying exactly `weights` (non-negative, summing to 1; zeros drop a layer) and `gamma`."""
+        weights = torch.tensor(weights, dtype=torch.float64)
+        if weights.dim() != 1 or not len(weights) or not bool((torch.isfinite(weights) & (weights >= 0)).all()):
+            raise ValueError(f"weights must be non-negative numbers, one per layer, got {weights.tolist()}.")
+        if abs(weights.sum().item() - 1) > 1e-3:
+            raise ValueError(
+                f"weights must sum to 1 (they are the normalised weights softmax(s)), got {weights.tolist()} summing "
+                f"to {weights.sum().item():.4g}; for the average of {len(weights)} layers use ElmoScalarMix.average."
+            )
+        mix = cls(len(weights), layer_norm=layer_norm, fixed_weights=weights.log().tolist())
+        with torch.no_grad():
+            mix.gamma.fill_(gamma)
+        return mix
+
+    @classmethod
+    def top_layer(cls, num_representations: int) -> "ElmoScalarMix":
+        """The top layer only, as a fixed mix of `num_representations` layers."""
+        return cls.from_weights([0.0] * (num_representations - 1) + [1.0])
+
+    @classmethod
+    def average(cls, num_representations: int) -> "ElmoScalarMix":
+        """The plain average of `num_representations` layers, as a fixed mix."""
+        return cls.from_weights([1.0 / num_representations] * num_representations)
+
     def reset_parameters(self):
         """Equal weights (or the fixed ones) and gamma 1."""
         weights = self.fixed_weights if self.fixed_weights is not None else [0.0] * self.scalar_parameters.shape[0]
         init.copy_(self.scalar_parameters, torch.tensor(weights, dtype=self.scalar_parameters.dtype))
         init.ones_(self.gamma)
 
-    def _normalise(self, layer: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def weights(self) -> torch.Tensor:
+        """The normalised weights `softmax(s)` the mix applies, `(num_representations,)`."""
+        return torch.softmax(self.scalar_parameters, dim=0)
+
+    def _normalise(self, layer: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         if self.layer_norm == "token":
             return nn.functional.layer_norm(layer, layer.shape[-1:], eps=1e-12)
         keep = mask.unsqueeze(-1).to(layer.dtype)
@@ -780,22 +844,46 @@ class ElmoScalarMix(nn.Module):
         variance = (((layer - mean) * keep) ** 2).sum() / count
         return (layer - mean) / torch.sqrt(variance + 1e-12)
 
-    def forward(self, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
-        """`num_representations` tensors `(batch_size, sequence_length, dim)` and the word mask -> `(batch_size,
-        sequence_length, dim)`, zero at padding."""
+    def _check_inputs(self, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor | None):
+        """Raises a clear error for what the mix cannot use."""
+        if hidden_states is None or isinstance(hidden_states, ModelOutput):
+            raise TypeError(
+                "ElmoScalarMix takes the model's layers: call the model with output_hidden_states=True and pass "
+                "outputs.hidden_states."
+            )
         if len(hidden_states) != self.scalar_parameters.shape[0]:
             raise ValueError(
                 f"ElmoScalarMix mixes {self.scalar_parameters.shape[0]} layers, got {len(hidden_states)}."
             )
-        weights = torch.softmax(self.scalar_parameters, dim=0)
+        if mask is None and self.layer_norm == "batch":
+            raise ValueError("layer_norm='batch' needs the word mask: pass the tokenizer's attention_mask as mask.")
+        trains = torch.is_grad_enabled() and (self.scalar_parameters.requires_grad or self.gamma.requires_grad)
+        if trains and any(layer.is_inference() for layer in hidden_states):
+            raise RuntimeError(
+                "ElmoScalarMix got layers computed under torch.inference_mode(), which cannot train its weights. "
+                "Compute them under torch.no_grad() instead (the biLM stays frozen), or also run the mix under "
+                "torch.inference_mode() if you only need its output; a fixed mix (ElmoScalarMix.top_layer, "
+                ".average, .from_weights) takes them anywhere."
+            )
+
+    def forward(self, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`num_representations` tensors `(batch_size, sequence_length, dim)` (`outputs.hidden_states`) and optionally
+        the word mask `(batch_size, sequence_length)` (the tokenizer's `attention_mask`) -> `(batch_size,
+        sequence_length, dim)`. With the mask, padding comes out zero; without it, padding stays as the layers have it
+        (zero for `ElmoModel`'s outputs). `layer_norm="batch"` needs the mask."""
+        self._check_inputs(hidden_states, mask)
         mixed = sum(
             weight * (self._normalise(layer, mask) if self.layer_norm else layer)
-            for weight, layer in zip(weights, hidden_states)
+            for weight, layer in zip(self.weights(), hidden_states)
         )
-        return self.dropout(self.gamma * mixed * mask.unsqueeze(-1).to(mixed.dtype))
+        if mask is not None:
+            mixed = mixed * mask.unsqueeze(-1).to(mixed.dtype)
+        return self.dropout(self.gamma * mixed)
 
     def l2_penalty(self) -> torch.Tensor:
         """`lambda * ||s||^2` (zero for fixed weights)."""
+        if not self.l2_coefficient:
+            return self.scalar_parameters.new_zeros(())
         return self.l2_coefficient * self.scalar_parameters.pow(2).sum()
 
 
@@ -899,6 +987,18 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         loaded = super().from_pretrained(*args, **kwargs)
         (loaded[0] if isinstance(loaded, tuple) else loaded)._set_trainable()
         return loaded
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info):
+        """A head loaded on a biLM checkpoint is expected to lack its task layers: one line says so, instead of
+        transformers' table of missing keys (which still lists anything missing from the biLM)."""
+        super()._adjust_missing_and_unexpected_keys(loading_info)
+        new = {key for key in loading_info.missing_keys if not key.startswith(f"{self.base_model_prefix}.")}
+        if new:
+            layers = sorted({key.rsplit(".", 1)[0] for key in new})
+            logging.get_logger(__name__).warning(
+                f"{type(self).__name__}: new task layers ({', '.join(layers)}) start from random values; train them."
+            )
+            loading_info.missing_keys -= new
 
     def _elmo_features(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, output_hidden_states: bool | None

@@ -19,7 +19,8 @@
 
 Checkpoints go to `OUTPUT/checkpoint-STEP`; `--resume` continues from the last one with the same result as a run
 that was never stopped. The finished model (config, weights, tokenizer, `vocab.txt`, training curves) is written
-into OUTPUT last, so a folder with `config.json` is complete.
+into OUTPUT last, so a folder with `config.json` is complete; `examples/plot_pretraining.py OUTPUT` draws its
+loss and perplexity curves.
 """
 
 import argparse
@@ -47,7 +48,7 @@ from .data_elmo import (
     check_corpus,
     load_sentences,
 )
-from .modeling_elmo import ElmoForPreTraining
+from .modeling_elmo import ElmoForPreTraining, ElmoForPreTrainingOutput
 from .tokenization_elmo import ElmoTokenizer
 
 _PUBLISHED_CNN = {"filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]}
@@ -69,12 +70,18 @@ ARCHITECTURE_FIELDS = (
     "char_embedding_dim", "filters", "activation", "num_highway_layers", "projection_dim", "lstm_dim", "num_layers",
     "cell_clip", "projection_clip", "use_skip_connections", "max_characters_per_token", "word_vocab_size",
 )
-CURVES_FILE = "training_curves.png"
 LOG_FILE = "training_log.json"
 
 
 class PreTrainingError(ValueError):
     """The run cannot start; the message says what is wrong and what to do."""
+
+
+def direction_sums(output: ElmoForPreTrainingOutput) -> torch.Tensor:
+    """`(3,)` float64: the batch's summed forward NLL, summed backward NLL and predictions per direction."""
+    count = output.num_predictions.detach().double().cpu()
+    losses = torch.stack([output.forward_loss, output.backward_loss]).detach().double().cpu()
+    return torch.cat([losses * count, count.unsqueeze(0)])
 
 
 def corpus_perplexity(
@@ -90,9 +97,7 @@ def corpus_perplexity(
     device = next(model.parameters()).device
     with torch.no_grad():
         for batch in batches:
-            output = model(**{key: value.to(device) for key, value in batch.items()})
-            count = output.num_predictions.double().cpu()
-            totals += torch.stack([output.forward_loss.double().cpu() * count, output.backward_loss.double().cpu() * count, count])
+            totals += direction_sums(model(**{key: value.to(device) for key, value in batch.items()}))
     model.train(was_training)
     if reduce is not None:
         totals = reduce(totals.to(device)).cpu()
@@ -114,10 +119,7 @@ class ElmoPreTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
-        count = outputs.num_predictions.detach().double().cpu()
-        self._direction_losses += torch.stack(
-            [outputs.forward_loss.double().cpu() * count, outputs.backward_loss.double().cpu() * count, count]
-        )
+        self._direction_losses += direction_sums(outputs)
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
@@ -214,37 +216,9 @@ def check_resume(output: Path, config: ElmoConfig) -> str | None:
     return checkpoint
 
 
-def save_curves(log_history: list[dict], folder: Path) -> None:
-    """The loss and perplexity curves as `training_log.json` and (with matplotlib) `training_curves.png`."""
+def save_log(log_history: list[dict], folder: Path) -> None:
+    """The loss and perplexity curves as `training_log.json` (`examples/plot_pretraining.py` draws them)."""
     (folder / LOG_FILE).write_text(json.dumps(log_history, indent=1))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    figure, (loss_axis, perplexity_axis) = plt.subplots(1, 2, figsize=(11, 4))
-    for key, axis, label in (
-        ("loss", loss_axis, "train loss"),
-        ("eval_loss", loss_axis, "held-out loss"),
-        ("forward_perplexity", perplexity_axis, "train forward"),
-        ("backward_perplexity", perplexity_axis, "train backward"),
-        ("eval_forward_perplexity", perplexity_axis, "held-out forward"),
-        ("eval_backward_perplexity", perplexity_axis, "held-out backward"),
-    ):
-        points = [(entry["step"], entry[key]) for entry in log_history if key in entry]
-        if points:
-            axis.plot(*zip(*points), label=label, marker="." if key.startswith("eval") else None)
-    loss_axis.set(xlabel="step", ylabel="mean NLL per word (nats)")
-    perplexity_axis.set(xlabel="step", ylabel="perplexity", yscale="log")
-    for axis in (loss_axis, perplexity_axis):
-        if axis.lines:
-            axis.legend()
-        axis.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(folder / CURVES_FILE, dpi=100)
-    plt.close(figure)
 
 
 def save_model(trainer: ElmoPreTrainer, vocabulary: ElmoWordVocabulary, output: Path) -> None:
@@ -254,7 +228,7 @@ def save_model(trainer: ElmoPreTrainer, vocabulary: ElmoWordVocabulary, output: 
         trainer.save_model(str(staging))
         ElmoTokenizer(max_characters_per_token=trainer.model.config.max_characters_per_token).save_pretrained(staging)
         vocabulary.save(staging)
-        save_curves(trainer.state.log_history, staging)
+        save_log(trainer.state.log_history, staging)
         for path in sorted(staging.iterdir(), key=lambda path: path.name == "config.json"):
             os.replace(path, output / path.name)
     finally:
@@ -357,7 +331,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often")
     data.add_argument("--max-words", type=int, default=100, help="longer lines are split into pieces of this many")
     data.add_argument("--errors", choices=DECODING_ERRORS, default="strict", help="non-UTF-8 bytes: error or U+FFFD")
-    data.add_argument("--streaming", action="store_true", help="stream --train (larger than memory; needs --max-steps)")
+    data.add_argument(
+        "--streaming", action="store_true", help="stream --train (larger than memory; needs --max-steps)"
+    )
     model = parser.add_argument_group("model")
     model.add_argument("--architecture", choices=sorted(PRESETS), help="architecture preset (default ptb)")
     model.add_argument("--from-pretrained", help="continue from this model folder (domain adaptation)")
@@ -375,7 +351,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--gradient-accumulation-steps", type=int, default=1)
     train.add_argument("--learning-rate", type=float, default=2e-3)
     train.add_argument(
-        "--optimizer", default="adamw_torch", help="a Trainer optim name, or adagrad as the original (accumulators from 1)"
+        "--optimizer",
+        default="adamw_torch",
+        help="a Trainer optim name, or adagrad as the original (accumulators from 1)",
     )
     train.add_argument("--lr-scheduler", default="constant", help="a Trainer lr_scheduler_type")
     train.add_argument("--warmup-steps", type=int, default=0)

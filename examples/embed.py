@@ -1,7 +1,10 @@
-"""Print ELMo's per-word vectors for sentences given as arguments, or typed one per line on standard input.
+"""Print ELMo's per-word vectors for sentences given as arguments, or piped in one per line.
 
     python examples/embed.py MODEL_FOLDER "The cat sat on the mat ."
     echo "Another sentence ." | python examples/embed.py MODEL_FOLDER
+
+Standard input is read only when it is not a terminal (a pipe or a file), so a command pasted with others after it
+never swallows them. For a whole corpus into a file, use `elmo-hf embed`.
 """
 
 import argparse
@@ -11,20 +14,21 @@ import torch
 
 import elmo_hf  # noqa: F401  (registers ELMo with the Auto classes)
 from transformers import AutoModel, AutoTokenizer
-from transformers.utils.logging import disable_progress_bar
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model", help="a converted ELMo folder (conversion/convert.py) or Hub id")
-    parser.add_argument("sentences", nargs="*", help="sentences to embed; read from standard input if none")
+    parser.add_argument("sentences", nargs="*", help="sentences to embed; if none, lines piped to standard input")
     parser.add_argument("--layer", type=int, default=-1, help="which layer to print: 0 = token layer, -1 = top")
     args = parser.parse_args()
-    disable_progress_bar()
+    if not args.sentences and sys.stdin.isatty():
+        parser.error(
+            "give sentences as arguments, or pipe them in (standard input is read only when it is not a terminal): "
+            f'python examples/embed.py {args.model} "A sentence ."'
+        )
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModel.from_pretrained(args.model).eval()
-    if not args.sentences and sys.stdin.isatty():
-        print("Type a sentence per line (Ctrl-D to end):", file=sys.stderr)
     sentences = args.sentences or (line.strip() for line in sys.stdin)
     for sentence in sentences:
         inputs = tokenizer(sentence, return_tensors="pt", return_offsets_mapping=True)

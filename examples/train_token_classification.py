@@ -189,6 +189,7 @@ def main() -> int:
         seed=args.seed,
         train_sampling_strategy="group_by_length",
         use_cpu=not torch.cuda.is_available(),
+        dataloader_pin_memory=torch.cuda.is_available(),
     )
     trainer = Trainer(
         model=model,

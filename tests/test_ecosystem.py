@@ -80,7 +80,6 @@ def test_lora_adapters_change_the_output_and_get_gradients(real_model, inputs):
 
 
 def test_trainer_trains_lora_adapters_and_the_reloaded_adapter_predicts_the_same(tmp_path, tokenizer):
-    from datasets import Dataset
     from peft import PeftModel
     from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
@@ -95,7 +94,7 @@ def test_trainer_trains_lora_adapters_and_the_reloaded_adapter_predicts_the_same
     rows = [dict(tokenizer(words, is_split_into_words=True)) for words in sentences]
     for row, words in zip(rows, sentences):
         row["labels"] = [min(len(word), 3) - 1 for word in words]
-    dataset = Dataset.from_list(rows)
+    dataset = rows
     collator = DataCollatorForTokenClassification(tokenizer)
     arguments = TrainingArguments(
         tmp_path / "run", max_steps=12, per_device_train_batch_size=4, learning_rate=0.05, logging_steps=1,

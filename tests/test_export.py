@@ -28,7 +28,8 @@ def datasets_of(path) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("name", FIXTURE_SETS)
 def test_fixture_converted_and_exported_equals_the_original_file(name, converted, tmp_path):
     assert run_subcommand("export", ["--model", str(converted[name]), "--output", str(tmp_path / "out")]) == 0
-    original, exported = datasets_of(FIXTURES / name / "lm_weights.hdf5"), datasets_of(tmp_path / "out" / "weights.hdf5")
+    original = datasets_of(FIXTURES / name / "lm_weights.hdf5")
+    exported = datasets_of(tmp_path / "out" / "weights.hdf5")
     assert sorted(exported) == sorted(original)
     for dataset, (values, dtype, chunks, compression, attrs) in original.items():
         assert exported[dataset][1:] == (dtype, chunks, compression, attrs), dataset
@@ -39,8 +40,11 @@ def test_fixture_converted_and_exported_equals_the_original_file(name, converted
             np.testing.assert_array_equal(exported[dataset][0], values, err_msg=dataset)
     options = json.loads((tmp_path / "out" / "options.json").read_text())
     reference = json.loads((FIXTURES / name / "options.json").read_text())
-    for section, keys in (("lstm", ("dim", "projection_dim", "n_layers", "cell_clip", "proj_clip")),
-                          ("char_cnn", ("filters", "n_highway", "activation", "embedding", "max_characters_per_token"))):
+    compared = {
+        "lstm": ("dim", "projection_dim", "n_layers", "cell_clip", "proj_clip"),
+        "char_cnn": ("filters", "n_highway", "activation", "embedding", "max_characters_per_token"),
+    }
+    for section, keys in compared.items():
         for key in keys:
             assert options[section].get(key) == reference[section].get(key), (section, key)
     assert bool(options["lstm"]["use_skip_connections"]) == bool(reference["lstm"].get("use_skip_connections"))

@@ -8,8 +8,8 @@ import onnxruntime
 import pytest
 import torch
 
-from conftest import tiny_config
-from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel
+from conftest import expected_top_layer, fixture_sentences, tiny_config
+from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from elmo_hf.cli import main as cli_main
 from elmo_hf.onnx_export import ONNX_OPSET, ElmoOnnxSignature, ExportError, export_onnx, export_program
 
@@ -95,6 +95,24 @@ def test_onnxruntime_equals_eager_on_every_layer_and_the_state(fixture_folder, s
     assert max_difference(actual, eager_outputs(model, input_ids, mask, state)) <= TOLERANCE
 
 
+def test_onnxruntime_reproduces_the_original_statefully(fixture_folder, stateful_session):
+    """The fixture's 10 batches of 3 sentences, the state threaded through the graph, against the original's outputs
+    with the original's own criterion."""
+    tokenizer = ElmoTokenizer.from_pretrained(fixture_folder)
+    sentences = fixture_sentences("allennlp")
+    config = ElmoModel.config_class.from_pretrained(fixture_folder)
+    hidden = np.zeros((2 * config.num_layers, 3, config.projection_dim), np.float32)
+    cell = np.zeros((2 * config.num_layers, 3, config.lstm_dim), np.float32)
+    for index in range(10):
+        batch_sentences = [sentences[row][index] for row in range(3)]
+        inputs = tokenizer(batch_sentences, is_split_into_words=True, padding=True, return_tensors="np")
+        feeds = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+        top, *_, hidden, cell = stateful_session.run(None, {**feeds, "lstm_state_h": hidden, "lstm_state_c": cell})
+        for row, sentence in enumerate(batch_sentences):
+            expected = expected_top_layer("allennlp", row, index)
+            np.testing.assert_allclose(top[row, : len(sentence)], expected, atol=1e-6, rtol=1e-5)
+
+
 def test_onnx_graph_has_dynamic_axes_scan_loops_and_the_stated_opset(fixture_folder, stateful_session):
     import onnx
 
@@ -122,7 +140,8 @@ def test_exported_token_classification_head_predicts_as_eager(tmp_path, task_lst
     task_fields = dict(task_lstm_dim=5, concatenate_elmo_to_task_output=True) if task_lstm else {}
     head = ElmoForTokenClassification(tiny_config(num_labels=5, **task_fields)).eval()
     head.save_pretrained(tmp_path)
-    path = export_onnx(tmp_path)
+    path, difference = export_onnx(tmp_path)
+    assert difference <= TOLERANCE
     session = onnxruntime.InferenceSession(str(path))
     assert [output.name for output in session.get_outputs()] == ["logits"]
     for shape, lengths, left_padded in (((3, 6), [6, 0, 2], False), ((2, 4), [1, 4], True)):

@@ -1,4 +1,5 @@
-"""ElmoForPreTraining, its data and `elmo-hf pretrain`: targets, loss, perplexity, Trainer, torchrun, resume, errors."""
+"""ElmoForPreTraining, its data and `elmo-hf pretrain`: targets, loss, perplexity, Trainer, torchrun, resume,
+errors."""
 
 import json
 import math
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import datasets
 import pytest
 import torch
 from conftest import tiny_config
@@ -70,7 +72,8 @@ def test_targets_of_a_three_word_sentence_position_by_position():
     vocabulary = vocabulary_of("the", "cat", "sat")
     batch = DataCollatorForElmoPreTraining(vocabulary)([{"words": ["the", "cat", "sat"]}, {"words": ["dog"]}])
     eos, bos, unk, the, cat, sat = range(6)
-    # forward: <S> -> the, the -> cat, cat -> sat, sat -> </S>; backward: the -> <S>, cat -> the, sat -> cat, </S> -> sat
+    # forward: <S> -> the, the -> cat, cat -> sat, sat -> </S>
+    # backward: the -> <S>, cat -> the, sat -> cat, </S> -> sat
     assert batch["labels"].tolist() == [[the, cat, sat, eos], [unk, eos, -100, -100]]
     assert batch["backward_labels"].tolist() == [[bos, the, cat, sat], [bos, unk, -100, -100]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
@@ -149,7 +152,6 @@ def test_vocabulary_counts_cutoffs_and_round_trip(tmp_path):
 
 
 def test_long_lines_are_split_not_dropped_and_datasets_text_rows_work():
-    datasets = pytest.importorskip("datasets")
     collator = DataCollatorForElmoPreTraining(vocabulary_of("w"), max_words=4)
     table = datasets.Dataset.from_dict({"text": ["w " * 10, "w w"]})
     batch = collator(list(table))
@@ -176,6 +178,8 @@ def test_pretrain_lowers_the_loss_on_real_text_and_saves_a_loadable_folder(ptb_s
     untrained = math.log(len(ElmoWordVocabulary.load(output)))
     assert losses[0] == pytest.approx(untrained, abs=0.1) and losses[-1] < untrained - 0.5
     assert held_out[-1] < untrained - 0.3
+    subprocess.run([sys.executable, str(ROOT / "examples" / "plot_pretraining.py"), str(output)], check=True,
+                   capture_output=True, timeout=300)
     assert (output / "training_curves.png").stat().st_size > 0
     model = AutoModelForPreTraining.from_pretrained(output)
     assert isinstance(model, ElmoForPreTraining)
@@ -262,3 +266,21 @@ def test_torchrun_two_processes_equal_one_process_with_the_same_global_batch(ptb
     rank0, rank1, single = (torch.load(tmp_path / f"rank{name}.pt") for name in ("0", "1", "single"))
     torch.testing.assert_close(rank0, rank1, rtol=0, atol=0)
     torch.testing.assert_close(rank0, single, rtol=1e-5, atol=1e-6)
+
+
+def test_streamed_files_and_a_datasets_text_dataset_train_with_trainer(ptb_slice, tmp_path):
+    assert pretrain("--train", ptb_slice["train"], "--output", tmp_path / "streamed", *TINY_FLAGS, "--streaming",
+                    "--max-steps", "2", "--batch-size", "4") == 0
+    assert ElmoForPreTraining.from_pretrained(tmp_path / "streamed").config.word_vocab_size > 3
+    from transformers import Trainer, TrainingArguments
+
+    vocabulary = ElmoWordVocabulary.build([ptb_slice["train"]])
+    table = datasets.Dataset.from_dict({"text": ptb_slice["train"].read_text(encoding="utf-8").splitlines()[:16]})
+    model = tiny_pretraining_model(len(vocabulary), initializer_range=0.02)
+    before = model.softmax.weight.detach().clone()
+    arguments = TrainingArguments(tmp_path / "datasets", max_steps=2, per_device_train_batch_size=4, report_to=[],
+                                  remove_unused_columns=False, use_cpu=True, disable_tqdm=True)
+    result = Trainer(model=model, args=arguments, train_dataset=table,
+                     data_collator=DataCollatorForElmoPreTraining(vocabulary)).train()
+    assert result.global_step == 2 and math.isfinite(result.training_loss)
+    assert not torch.equal(before, model.softmax.weight)

@@ -36,9 +36,23 @@ TEXT = st.one_of(
 )
 BATCH = st.lists(TEXT, min_size=1, max_size=5)
 # Inputs that once crashed or are easy to get wrong, always run besides the random ones.
-HARD_TEXTS = ["", " \t\n\u3000", "a\ud800b c!", "\udcff", "Zoë moved to São Paulo, Brazil! 😀", "e\u0301\x00\ufeff 中!"]
+HARD_TEXTS = [
+    "",
+    " \t\n\u3000",
+    "a\ud800b c!",
+    "\udcff",
+    "Zoë moved to São Paulo, Brazil! 😀",
+    "e\u0301\x00\ufeff 中!",
+]
 HARD_BATCH = ["", "a\udcff b", "Zoë moved to São Paulo, Brazil! Ok 😀", " ", "x"]
 TOKENIZERS = {split: ElmoTokenizer(split_punctuation=split) for split in (True, False)}
+
+
+def random_batches(test):
+    """Runs `test(texts=..., padding_side=...)` on random batches, and on `HARD_BATCH` padded on either side."""
+    for side in ("right", "left"):
+        test = example(texts=HARD_BATCH, padding_side=side)(test)
+    return given(texts=BATCH, padding_side=st.sampled_from(["right", "left"]))(test)
 
 
 def check_offsets(text: str, split_punctuation: bool):
@@ -74,9 +88,7 @@ def test_offsets_on_hard_texts(text, split_punctuation):
 
 
 @PROPERTY_SETTINGS
-@given(texts=BATCH, padding_side=st.sampled_from(["right", "left"]))
-@example(texts=HARD_BATCH, padding_side="right")
-@example(texts=HARD_BATCH, padding_side="left")
+@random_batches
 def test_tokenizer_batches_any_text_to_tensors(tokenizer, texts, padding_side):
     encoding = tokenizer(texts, padding=True, padding_side=padding_side, return_tensors="pt")
     lengths = [len(tokenizer.tokenize(text)) for text in texts]
@@ -112,40 +124,39 @@ def token_head(converted) -> ElmoForTokenClassification:
     ).eval()
 
 
-def assert_batch_invariant(batch_outputs, single_outputs, mask, word_counts):
-    """Each sentence's rows equal its own single-sentence outputs; every padding row is exactly zero."""
-    for row, (single, count) in enumerate(zip(single_outputs, word_counts)):
-        words = batch_outputs[row][mask[row]]
-        assert words.shape[0] == count
-        torch.testing.assert_close(words, single[0], atol=BATCH_INVARIANCE_ATOL, rtol=0)
-        assert bool((batch_outputs[row][~mask[row]] == 0).all())
-
-
-@PROPERTY_SETTINGS
-@given(texts=BATCH, padding_side=st.sampled_from(["right", "left"]))
-@example(texts=HARD_BATCH, padding_side="right")
-@example(texts=HARD_BATCH, padding_side="left")
-def test_every_layer_is_batch_invariant_with_zero_padding(fixture_model, tokenizer, texts, padding_side):
+def together_and_alone(run, tokenizer, texts: list[str], padding_side: str):
+    """`run(inputs)` -> a tuple of `(batch, words, dim)` tensors, on the padded batch and on each text alone, with the
+    batch's word mask."""
     batch = tokenizer(texts, padding=True, padding_side=padding_side, return_tensors="pt")
-    mask = batch["attention_mask"].bool()
     with torch.inference_mode():
-        together = fixture_model(**batch, output_hidden_states=True).hidden_states
-        alone = [fixture_model(**tokenizer(text, return_tensors="pt"), output_hidden_states=True) for text in texts]
-    for layer, batch_layer in enumerate(together):
-        single_layers = [outputs.hidden_states[layer] for outputs in alone]
-        assert_batch_invariant(batch_layer, single_layers, mask, mask.sum(1).tolist())
+        together = run(batch)
+        alone = [run(tokenizer(text, return_tensors="pt")) for text in texts]
+    return together, alone, batch["attention_mask"].bool()
 
 
-@PROPERTY_SETTINGS
-@given(texts=BATCH, padding_side=st.sampled_from(["right", "left"]))
-@example(texts=HARD_BATCH, padding_side="right")
-@example(texts=HARD_BATCH, padding_side="left")
-def test_token_head_logits_are_batch_invariant(token_head, tokenizer, texts, padding_side):
-    batch = tokenizer(texts, padding=True, padding_side=padding_side, return_tensors="pt")
-    mask = batch["attention_mask"].bool()
-    with torch.inference_mode():
-        together = token_head(**batch).logits
-        alone = [token_head(**tokenizer(text, return_tensors="pt")).logits for text in texts]
-    # Padding rows hold the classifier's bias (a linear layer on zero features), not zeros: compare the words only.
+def assert_words_batch_invariant(together, alone, mask):
+    """Each sentence's word rows, in every output, equal its own single-sentence outputs."""
     for row, single in enumerate(alone):
-        torch.testing.assert_close(together[row][mask[row]], single[0], atol=BATCH_INVARIANCE_ATOL, rtol=0)
+        for batch_output, single_output in zip(together, single):
+            words = batch_output[row][mask[row]]
+            torch.testing.assert_close(words, single_output[0], atol=BATCH_INVARIANCE_ATOL, rtol=0)
+
+
+@PROPERTY_SETTINGS
+@random_batches
+def test_every_layer_is_batch_invariant_with_zero_padding(fixture_model, tokenizer, texts, padding_side):
+    together, alone, mask = together_and_alone(
+        lambda inputs: fixture_model(**inputs, output_hidden_states=True).hidden_states, tokenizer, texts, padding_side
+    )
+    assert_words_batch_invariant(together, alone, mask)
+    assert all(bool((layer[~mask] == 0).all()) for layer in together)
+
+
+@PROPERTY_SETTINGS
+@random_batches
+def test_token_head_logits_are_batch_invariant(token_head, tokenizer, texts, padding_side):
+    # Padding rows hold the classifier's bias (a linear layer on zero features), not zeros: compare the words only.
+    together, alone, mask = together_and_alone(
+        lambda inputs: (token_head(**inputs).logits,), tokenizer, texts, padding_side
+    )
+    assert_words_batch_invariant(together, alone, mask)

@@ -111,3 +111,72 @@ def test_fixed_weights_stay_fixed_through_training_and_reloading(tokenizer, tmp_
     torch.testing.assert_close(reloaded.scalar_parameters, torch.tensor(fixed))
     assert not reloaded.scalar_parameters.requires_grad and not reloaded.gamma.requires_grad
     assert reloaded.l2_penalty() == 0
+
+
+def test_top_layer_average_and_given_weights():
+    layers, mask = random_layers()
+    torch.testing.assert_close(ElmoScalarMix.top_layer(3)(layers), layers[-1])
+    torch.testing.assert_close(ElmoScalarMix.average(3)(layers), sum(layers) / 3)
+    mix = ElmoScalarMix.from_weights([0.2, 0.3, 0.5], gamma=2.0)
+    torch.testing.assert_close(mix.weights(), torch.tensor([0.2, 0.3, 0.5]))
+    torch.testing.assert_close(mix(layers, mask), 2.0 * (0.2 * layers[0] + 0.3 * layers[1] + 0.5 * layers[2]))
+    for fixed in (mix, ElmoScalarMix.top_layer(3)):
+        assert not any(parameter.requires_grad for parameter in fixed.parameters())
+        assert fixed.l2_penalty() == 0
+
+
+def test_fixed_weights_in_the_constructor_are_pre_softmax_as_documented():
+    mix = ElmoScalarMix(3, fixed_weights=[0.0, 0.0, 1.0])
+    np.testing.assert_allclose(mix.weights().numpy(), [0.212, 0.212, 0.576], atol=1e-3)
+    assert "pre-softmax" in ElmoScalarMix.__doc__ and "top_layer" in ElmoScalarMix.__doc__
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ([0.5, 0.6, -0.1], "non-negative"),
+        ([0.5, 0.5, 0.5], "must sum to 1"),
+        ([], "non-negative"),
+        ([1, float("nan")], "non-negative"),
+    ],
+)
+def test_from_weights_rejects_what_is_not_a_convex_combination(weights, message):
+    with pytest.raises(ValueError, match=message):
+        ElmoScalarMix.from_weights(weights)
+
+
+def test_inference_mode_outputs_give_an_error_that_says_what_to_do(tiny_model, tokenizer):
+    inputs = tokenizer(["ELMo reads characters ."], return_tensors="pt")
+    with torch.inference_mode():
+        frozen = tiny_model(**inputs, output_hidden_states=True).hidden_states
+    mix = ElmoScalarMix(3)
+    with pytest.raises(RuntimeError, match=r"torch.inference_mode\(\).*torch.no_grad\(\) instead"):
+        mix(frozen)
+    with torch.inference_mode():  # only the output needed: fine
+        mixed = mix(frozen)
+    with torch.no_grad():  # the documented way to train the mix on a frozen biLM
+        layers = tiny_model(**inputs, output_hidden_states=True).hidden_states
+    mix(layers).sum().backward()
+    assert mix.scalar_parameters.grad is not None and mix.gamma.grad is not None
+    torch.testing.assert_close(mix(layers).detach(), mixed)
+    torch.testing.assert_close(ElmoScalarMix.top_layer(3)(frozen), frozen[-1])  # a fixed mix takes them anywhere
+
+
+def test_mask_is_optional_for_elmo_outputs_and_required_for_batch_norm(tiny_model, tokenizer):
+    inputs = tokenizer(["A longer sentence here .", "Short ."], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        layers = tiny_model(**inputs, output_hidden_states=True).hidden_states
+    mask = inputs["attention_mask"]
+    for layer_norm in (None, "token"):
+        mix = ElmoScalarMix(3, layer_norm=layer_norm)
+        torch.testing.assert_close(mix(layers), mix(layers, mask))
+    with pytest.raises(ValueError, match="layer_norm='batch' needs the word mask"):
+        ElmoScalarMix(3, layer_norm="batch")(layers)
+
+
+def test_model_outputs_instead_of_layers_are_refused(tiny_model, tokenizer):
+    outputs = tiny_model(**tokenizer(["Hi ."], return_tensors="pt"))
+    with pytest.raises(TypeError, match="output_hidden_states=True and pass outputs.hidden_states"):
+        ElmoScalarMix(3)(outputs)
+    with pytest.raises(TypeError, match="output_hidden_states=True"):
+        ElmoScalarMix(3)(outputs.hidden_states)

@@ -116,7 +116,6 @@ def test_shared_memory_and_an_edit(tiny_model, inputs):
 def test_trainer_predictions_equal_the_saved_weights(tmp_path, tokenizer):
     """`Trainer` (default fused AdamW) fine-tunes the biLM, evaluating after each epoch; its predictions afterwards
     are those of the saved weights loaded into a fresh model."""
-    from datasets import Dataset
     from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
     torch.manual_seed(0)
@@ -126,7 +125,7 @@ def test_trainer_predictions_equal_the_saved_weights(tmp_path, tokenizer):
     rows = [dict(tokenizer(words, is_split_into_words=True)) for words in sentences]
     for row, words in zip(rows, sentences):
         row["labels"] = [len(word) % 2 for word in words]
-    dataset = Dataset.from_list(rows)
+    dataset = rows
     arguments = TrainingArguments(
         tmp_path / "run", num_train_epochs=2, per_device_train_batch_size=4, learning_rate=0.05,
         eval_strategy="epoch", save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers.modeling_utils import load_state_dict
 
 from elmo_hf import ElmoConfig
 from elmo_hf.cli import run_subcommand
@@ -118,8 +119,6 @@ def _write_hdf5(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 def read_folder(model_folder: Path) -> tuple[ElmoConfig, dict[str, torch.Tensor]]:
     """The folder's config and all its weights."""
-    from safetensors.torch import load_file
-
     if not (model_folder / "config.json").is_file():
         raise ExportError(f"--model {model_folder} has no config.json; give an elmo-hf model folder.")
     weights = sorted(model_folder.glob("*.safetensors"))
@@ -127,7 +126,7 @@ def read_folder(model_folder: Path) -> tuple[ElmoConfig, dict[str, torch.Tensor]
         raise ExportError(f"--model {model_folder} has no .safetensors weights.")
     state_dict = {}
     for path in weights:
-        state_dict.update(load_file(path))
+        state_dict.update(load_state_dict(path))
     return ElmoConfig.from_pretrained(model_folder), state_dict
 
 

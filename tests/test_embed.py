@@ -1,0 +1,288 @@
+"""`elmo-hf embed` and `elmo-hf merge-shards`: the file against the model, every --layers choice, resume after a killed
+run, two processes and a merge, bad input."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from conftest import FIXTURES, fixture_sentences
+
+from elmo_hf import ElmoModel, ElmoTokenizer
+from elmo_hf.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SENTENCES = [" ".join(words) for batch in fixture_sentences("allennlp") for words in batch]
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def corpus(count: int) -> list[str]:
+    """`count` lines: the fixture sentences, each later pass cut shorter so lengths vary, and an empty line."""
+    lines = [SENTENCES[i % len(SENTENCES)].split() for i in range(count)]
+    lines = [" ".join(words[: max(1, len(words) - i // len(SENTENCES))]) for i, words in enumerate(lines)]
+    lines[count // 3] = ""
+    return lines
+
+
+def read_file(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    with h5py.File(path, "r") as file:
+        vectors = {name: file[name][...] for name in file if name != "sentence_to_index"}
+        index = json.loads(file["sentence_to_index"][0])
+    return vectors, index
+
+
+def assert_same_file(actual: Path, expected: Path):
+    actual_vectors, actual_index = read_file(actual)
+    expected_vectors, expected_index = read_file(expected)
+    assert actual_index == expected_index
+    assert sorted(actual_vectors) == sorted(expected_vectors)
+    for name, vectors in expected_vectors.items():
+        assert actual_vectors[name].shape == vectors.shape and actual_vectors[name].dtype == vectors.dtype, name
+        np.testing.assert_allclose(actual_vectors[name], vectors, atol=1e-6, rtol=1e-5, err_msg=name)
+
+
+def model_layers(model_dir: Path, sentence: list[str]) -> np.ndarray:
+    """`(num_layers + 1, words, dim)` for one sentence, computed alone."""
+    model = ElmoModel.from_pretrained(model_dir).eval()
+    inputs = ElmoTokenizer.from_pretrained(model_dir)([sentence], is_split_into_words=True, return_tensors="pt")
+    with torch.inference_mode():
+        return torch.stack(model(**inputs, output_hidden_states=True).hidden_states)[:, 0].numpy()
+
+
+def embed(*arguments) -> int:
+    return main(["embed", *map(str, arguments), "--no-progress"])
+
+
+@pytest.fixture(scope="module")
+def model_dir(converted) -> Path:
+    return converted["allennlp"]
+
+
+def test_vectors_equal_the_models_outputs_with_allennlps_layout(model_dir, tmp_path):
+    lines = SENTENCES[:7] + ["", "  spaced   out  "] + SENTENCES[:2]
+    output = tmp_path / "vectors.hdf5"
+    assert embed(write_lines(tmp_path / "in.txt", lines), output, "--model", model_dir, "--batch-size", 3) == 0
+    vectors, index = read_file(output)
+    assert sorted(vectors, key=int) == [str(key) for key in range(len(lines))]
+    for key, line in enumerate(lines):
+        words = line.split()
+        if not words:
+            assert vectors[str(key)].shape == (3, 0, 32)
+            continue
+        assert vectors[str(key)].dtype == np.float32
+        np.testing.assert_allclose(vectors[str(key)], model_layers(model_dir, words), atol=1e-6, rtol=1e-5)
+    # allennlp's index: stripped sentence -> key of its last line, every key a dataset.
+    assert index[""] == "7" and index["spaced   out"] == "8" and index[SENTENCES[0]] == "9"
+    assert set(index.values()) <= set(vectors) and len(index) == len(set(line.strip() for line in lines))
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_layer_choices_shapes_and_values(model_dir, tmp_path):
+    lines = SENTENCES[:5]
+    source = write_lines(tmp_path / "in.txt", lines)
+    expected_all = [model_layers(model_dir, line.split()) for line in lines]
+    weights, gamma = [0.2, 0.3, 0.5], 2.0
+    expected = {
+        "top": [layers[-1] for layers in expected_all],
+        "average": [layers.mean(0) for layers in expected_all],
+        "mix": [gamma * np.tensordot(weights, layers, axes=1) for layers in expected_all],
+    }
+    for choice, options in (("top", []), ("average", []), ("mix", ["--mix-weights", "0.2,0.3,0.5", "--gamma", "2"])):
+        output = tmp_path / f"{choice}.hdf5"
+        assert embed(source, output, "--model", model_dir, "--layers", choice, *options) == 0
+        vectors, _ = read_file(output)
+        for key, values in enumerate(expected[choice]):
+            assert vectors[str(key)].shape == (len(lines[key].split()), 32)
+            np.testing.assert_allclose(vectors[str(key)], values, atol=1e-6, rtol=1e-5)
+    assert embed(source, tmp_path / "top16.hdf5", "--model", model_dir, "--top", "--dtype", "float16") == 0
+    vectors, _ = read_file(tmp_path / "top16.hdf5")
+    assert vectors["0"].dtype == np.float16
+    np.testing.assert_allclose(vectors["0"], expected["top"][0], atol=2e-3, rtol=1e-3)
+
+
+def test_default_split_and_standard_input(model_dir, tmp_path, monkeypatch):
+    raw = "Hello, world! It's ELMo."
+    tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+    monkeypatch.setattr(sys, "stdin", open(write_lines(tmp_path / "raw.txt", [raw]), encoding="utf-8"))
+    assert embed("-", tmp_path / "out.hdf5", "--model", model_dir, "--split", "default") == 0
+    vectors, index = read_file(tmp_path / "out.hdf5")
+    np.testing.assert_allclose(vectors["0"], model_layers(model_dir, tokenizer.tokenize(raw)), atol=1e-6, rtol=1e-5)
+    assert vectors["0"].shape[1] == 9 and index == {raw: "0"}
+
+
+def run_embed_process(arguments: list, env: dict | None = None, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "elmo_hf.cli", "embed", *map(str, arguments), "--no-progress"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def test_killed_run_leaves_no_output_and_resume_completes_it(model_dir, tmp_path):
+    source = write_lines(tmp_path / "in.txt", corpus(400))
+    output = tmp_path / "vectors.hdf5"
+    process = run_embed_process([source, output, "--model", model_dir, "--batch-size", 2, "--part-size", 20])
+    partial = tmp_path / "vectors.hdf5.partial"
+    deadline = time.monotonic() + 300
+    while len(list(partial.glob("part-*.hdf5"))) < 2 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert not output.exists()  # never a partly written OUTPUT
+    parts = sorted(partial.glob("part-*.hdf5"))
+    for part in parts:  # every part that exists is complete and readable
+        with h5py.File(part, "r") as file:
+            assert "sentence_to_index" in file
+
+    assert embed(source, output, "--model", model_dir, "--batch-size", 2, "--part-size", 20) == 1  # refuses
+    assert embed(source, output, "--model", model_dir, "--batch-size", 5, "--resume") == 0
+    assert not partial.exists()
+    reference = tmp_path / "reference.hdf5"
+    assert embed(source, reference, "--model", model_dir) == 0
+    assert_same_file(output, reference)
+
+    # Resuming a complete file recomputes nothing and leaves it equal.
+    process = run_embed_process([source, output, "--model", model_dir, "--resume"])
+    _, stderr = process.communicate()
+    assert process.returncode == 0 and "embedded 0 sentences" in stderr, stderr
+    assert_same_file(output, reference)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_processes_write_shards_that_merge_into_the_single_process_file(model_dir, tmp_path, monkeypatch):
+    source = write_lines(tmp_path / "in.txt", corpus(61) + SENTENCES[:3])
+    reference = tmp_path / "reference.hdf5"
+    assert embed(source, reference, "--model", model_dir) == 0
+
+    # As torchrun starts them: RANK, WORLD_SIZE and a rendezvous; rank 0 merges when both shards are written.
+    output = tmp_path / "vectors.hdf5"
+    rendezvous = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    processes = [
+        run_embed_process([source, output, "--model", model_dir], env={**rendezvous, "RANK": str(rank)})
+        for rank in range(2)
+    ]
+    for process in processes:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr
+    assert_same_file(output, reference)
+    assert not list(tmp_path.glob("vectors.hdf5.*"))
+
+    # Without a rendezvous each process leaves its shard, and merge-shards joins them.
+    output = tmp_path / "shards.hdf5"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        assert embed(source, output, "--model", model_dir) == 0
+        assert (tmp_path / f"shards.hdf5.shard-{rank}-of-2").is_file()
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.delenv("RANK")
+    assert main(["merge-shards", str(output)]) == 0
+    assert_same_file(output, reference)
+    assert not list(tmp_path.glob("shards.hdf5.*"))
+
+
+def test_merge_shards_refuses_an_incomplete_set(model_dir, tmp_path, monkeypatch, capsys):
+    source = write_lines(tmp_path / "in.txt", SENTENCES[:4])
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "1")
+    assert embed(source, tmp_path / "out.hdf5", "--model", model_dir) == 0
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.delenv("RANK")
+    assert main(["merge-shards", str(tmp_path / "out.hdf5")]) == 1
+    assert "missing shards: out.hdf5.shard-0-of-3, out.hdf5.shard-2-of-3" in capsys.readouterr().err
+    assert not (tmp_path / "out.hdf5").exists() and (tmp_path / "out.hdf5.shard-1-of-3").exists()
+
+
+def test_undecodable_bytes_name_the_line_or_are_replaced(model_dir, tmp_path, capsys):
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"good line\nbad \xff byte\n")
+    assert embed(source, tmp_path / "out.hdf5", "--model", model_dir) == 1
+    error = capsys.readouterr().err
+    assert "line 2 of" in error and "not valid UTF-8 (byte 0xff" in error and "--errors replace" in error
+    assert not (tmp_path / "out.hdf5").exists() and not (tmp_path / "out.hdf5.partial").exists()
+    assert embed(source, tmp_path / "out.hdf5", "--model", model_dir, "--errors", "replace") == 0
+    _, index = read_file(tmp_path / "out.hdf5")
+    assert index == {"good line": "0", "bad \ufffd byte": "1"}
+
+
+def test_existing_output_is_refused_and_kept(model_dir, tmp_path, capsys):
+    source = write_lines(tmp_path / "in.txt", SENTENCES[:2])
+    output = tmp_path / "out.hdf5"
+    output.write_bytes(b"precious")
+    assert embed(source, output, "--model", model_dir) == 1
+    assert "exists; pass --resume" in capsys.readouterr().err and output.read_bytes() == b"precious"
+    assert embed(source, output, "--model", model_dir, "--overwrite") == 0
+    assert set(read_file(output)[0]) == {"0", "1"}
+    assert embed(source, source, "--model", model_dir, "--overwrite") == 1
+    assert "is the input file" in capsys.readouterr().err and source.read_text().startswith(SENTENCES[0])
+
+
+def test_resume_with_other_settings_is_refused(model_dir, tmp_path, capsys):
+    source = write_lines(tmp_path / "in.txt", SENTENCES[:2])
+    output = tmp_path / "out.hdf5"
+    assert embed(source, output, "--model", model_dir, "--top") == 0
+    assert embed(source, output, "--model", model_dir, "--average", "--resume") == 1
+    assert "other settings (layers='top')" in capsys.readouterr().err
+    write_lines(source, SENTENCES[2:4])
+    assert embed(source, output, "--model", model_dir, "--top", "--resume") == 1
+    assert "the input changed" in capsys.readouterr().err
+
+
+def test_a_model_that_is_not_elmo_is_refused(tmp_path, capsys):
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    source = write_lines(tmp_path / "in.txt", SENTENCES[:1])
+    assert embed(source, tmp_path / "out.hdf5", "--model", folder) == 1
+    assert "holds a 'bert' model, not ELMo" in capsys.readouterr().err
+    assert embed(source, tmp_path / "out.hdf5", "--model", tmp_path / "nowhere") == 1
+    assert "cannot load a model from" in capsys.readouterr().err
+    assert not (tmp_path / "out.hdf5").exists()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--layers", "mix"], "--layers mix needs --mix-weights"),
+        (["--top", "--gamma", "2"], "apply to --layers mix only"),
+        (["--resume", "--overwrite"], "exclude each other"),
+        (["--batch-size", "0"], "must be positive"),
+    ],
+)
+def test_bad_arguments(model_dir, tmp_path, capsys, options, message):
+    source = write_lines(tmp_path / "in.txt", SENTENCES[:1])
+    with pytest.raises(SystemExit):
+        embed(source, tmp_path / "out.hdf5", "--model", model_dir, *options)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "weights, message", [("0.5,0.5", "needs 3 weights"), ("0.5,0.5,0.5", "must sum to 1"), ("-1,1,1", "non-negative")]
+)
+def test_bad_mix_weights(model_dir, tmp_path, capsys, weights, message):
+    source = write_lines(tmp_path / "in.txt", SENTENCES[:1])
+    options = ["--layers", "mix", f"--mix-weights={weights}"]
+    assert embed(source, tmp_path / "out.hdf5", "--model", model_dir, *options) == 1
+    assert message in capsys.readouterr().err and not (tmp_path / "out.hdf5").exists()
