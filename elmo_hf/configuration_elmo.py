@@ -386,5 +386,4 @@ def _check_field(name: str, value: Any):
         raise ValueError(f"ElmoConfig.{name} must be {rule[1]}, got {value!r}.")
 
 
-
 __all__ = ["ElmoConfig"]
