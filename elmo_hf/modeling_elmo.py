@@ -557,10 +557,10 @@ class ElmoModel(ElmoPreTrainedModel):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
-        largest, name = max(
-            (self.config.char_vocab_size - 1, "character ids"),
-            (self.config.word_embedding_vocab_size - 1, "word ids"),
-        )
+        # The largest id the rows hold (plain comparisons: torch.compile cannot trace `max` over tuples).
+        largest, name = self.config.char_vocab_size - 1, "character ids"
+        if self.config.word_embedding_vocab_size - 1 >= largest:
+            largest, name = self.config.word_embedding_vocab_size - 1, "word ids"
         if torch.iinfo(input_ids.dtype).max < largest:
             raise TypeError(
                 f"input_ids has dtype {input_ids.dtype}, which cannot hold {name} up to {largest}, so its values have "
