@@ -28,12 +28,10 @@ Dimension names used in the docstrings: `batch_size`, `sequence_length` (words),
 """
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch._higher_order_ops.scan import scan
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
@@ -41,6 +39,7 @@ from transformers.utils.generic import can_return_tuple
 from transformers.utils import logging
 
 from .cpu_kernels import encode_words, kernels_apply, lstm_with_projection
+from .export_kernels import masked_recurrence
 from .configuration_elmo import ElmoConfig
 from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
 
@@ -157,48 +156,6 @@ class ElmoCharacterEncoder(nn.Module):
         if self.word_embeddings is None:
             return features
         return torch.cat([self.word_embeddings(word_ids[:, self.config.max_characters_per_token]), features], dim=-1)
-
-
-def masked_recurrence(
-    step: Callable[[torch.Tensor, LstmState], LstmState],
-    inputs: torch.Tensor,
-    mask: torch.Tensor,
-    initial_state: LstmState,
-) -> tuple[torch.Tensor, LstmState]:
-    """Runs one LSTM direction over a padded batch: every row runs to the longest length, a finished row keeps its
-    state. The export path's recurrence: no host synchronisation and no shape taken from data, so it exports with
-    dynamic batch and length; it spends work on padding, where `lstm_with_projection` does not.
-
-    Under `torch.export` and `torch.compile` the loop is `torch._higher_order_ops.scan` (an ONNX `Scan`; a
-    prototype in torch 2.13, guarded by the export parity tests), in plain eager mode a Python loop (faster there).
-
-    Args:
-        step: one time step, `(step_inputs, (h, c)) -> (h, c)` (`ElmoLstmCellWithProjection.step`, whose inputs are
-            the input-to-gate products).
-        inputs: `(steps, batch_size, features)` what `step` reads at each step, time-major, in this direction's order.
-        mask: `(steps, batch_size, 1)` bool, true where the row has a token at that step.
-        initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`.
-
-    Returns:
-        The outputs `(steps, batch_size, projection_dim)`, zero where `mask` is false, and each row's final `(h, c)`
-        (the state after its own last step).
-    """
-
-    def masked_step(state, step_inputs_and_mask):  # no annotations: torch.compile cannot evaluate subscripted ones
-        """`((h, c), (step_inputs, running))` -> the next state (unchanged where not running) and the output."""
-        step_inputs, running = step_inputs_and_mask
-        hidden, cell = step(step_inputs, state)
-        state = (torch.where(running, hidden, state[0]), torch.where(running, cell, state[1]))
-        return state, hidden * running
-
-    if torch.compiler.is_exporting() or torch.compiler.is_compiling():
-        final_state, outputs = scan(masked_step, initial_state, (inputs, mask))
-        return outputs, final_state
-    state, outputs = initial_state, []
-    for step_inputs_and_mask in zip(inputs, mask):
-        state, output = masked_step(state, step_inputs_and_mask)
-        outputs.append(output)
-    return torch.stack(outputs), state
 
 
 class ElmoLstmCellWithProjection(nn.Module):
