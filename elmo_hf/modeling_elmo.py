@@ -1219,26 +1219,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
 
     def _boundary_layers(self, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
         """The biLM's layers with the sentence boundaries kept: `num_layers + 1` tensors `(batch_size,
-        sequence_length + 2, 2 * projection_dim)`, starting from zero states."""
-        batch_size, sequence_length, chars = input_ids.shape
+        sequence_length + 2, 2 * projection_dim)`, starting from zero states. Rows must be right-padded (`mask`)."""
         lengths = mask.sum(1)
-        steps = torch.arange(sequence_length + 2, device=mask.device)
-        # (batch_size, sequence_length + 2, chars): <S>, the words, </S>, then padding rows.
-        padding_row = input_ids.new_zeros(batch_size, 1, chars)
-        char_ids = torch.cat([padding_row, input_ids * mask.unsqueeze(-1), padding_row], dim=1)
-        begin, end = self.elmo.boundary_char_ids.to(input_ids)
-        char_ids[:, 0] = begin
-        char_ids[torch.arange(batch_size, device=mask.device), lengths + 1] = end
-        present = steps < (lengths + 2).unsqueeze(1)
-        distinct_ids, occurrences = torch.unique(char_ids[present], dim=0, return_inverse=True)
-        encoded = self.elmo.token_encoder(distinct_ids)
-        tokens = encoded.new_zeros(batch_size, sequence_length + 2, encoded.shape[-1])
-        tokens[present] = encoded[occurrences]
-        zeros = tuple(
-            tokens.new_zeros(2 * self.config.num_layers, batch_size, dim)
-            for dim in (self.config.projection_dim, self.config.lstm_dim)
-        )
-        layer_outputs, _ = self.elmo.bilm(tokens, lengths + 2, zeros)
+        tokens = self.elmo._token_layer(input_ids, mask, lengths)
+        initial_state = self.elmo._initial_lstm_state(None, mask.shape[0], tokens)
+        layer_outputs, _ = self.elmo.bilm(tokens, lengths + 2, initial_state)
         return [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
 
     def _log_uniform_sample(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1322,9 +1307,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if input_ids is None:
             raise ValueError("ElmoForPreTraining needs input_ids of shape (batch_size, sequence_length, characters).")
         self.elmo._check_inputs(input_ids, attention_mask)
+        input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same, as in ElmoModel
         mask = word_mask(input_ids, attention_mask)
-        lengths = mask.sum(1, keepdim=True)
-        if not bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths)).all()):
+        if words_first_order(mask) is not None:
             raise ValueError("ElmoForPreTraining needs right-padded batches: every row's words first, then padding.")
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states

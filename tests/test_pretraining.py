@@ -54,6 +54,9 @@ def ptb_slice(tmp_path_factory) -> dict[str, Path]:
     return files
 
 
+INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16)
+
+
 def vocabulary_of(*words: str) -> ElmoWordVocabulary:
     return ElmoWordVocabulary(["</S>", "<S>", "<UNK>", *words])
 
@@ -92,6 +95,23 @@ def test_forward_position_sees_only_the_past_and_backward_only_the_future():
     torch.testing.assert_close(first.backward_logits[:, 2:], second.backward_logits[:, 2:], rtol=0, atol=0)
     assert not torch.allclose(first.forward_logits[:, 2:], second.forward_logits[:, 2:])
     assert not torch.allclose(first.backward_logits[:, :2], second.backward_logits[:, :2])
+
+
+def test_pretraining_layers_are_the_biLM_layers_and_narrow_integer_ids_read_the_same():
+    """Without the boundary positions, the layers the softmax reads are `ElmoModel`'s for the same batch; int16 and
+    int32 ids (which ElmoModel accepts) give the same loss as int64 instead of failing inside the embedding."""
+    vocabulary = vocabulary_of("a", "b", "c")
+    batch = DataCollatorForElmoPreTraining(vocabulary)([{"words": ["a", "b", "c"]}, {"words": ["b"]}])
+    model = tiny_pretraining_model(len(vocabulary)).eval()
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    with torch.no_grad():
+        kept = model(**inputs, output_hidden_states=True).hidden_states
+        expected = model.elmo(**inputs, output_hidden_states=True).hidden_states
+        losses = [model(**{**batch, "input_ids": batch["input_ids"].to(dtype)}).loss for dtype in INTEGER_DTYPES]
+    words = batch["attention_mask"].unsqueeze(-1).bool()
+    for with_boundaries, layer in zip(kept, expected):
+        torch.testing.assert_close(with_boundaries[:, 1:-1] * words, layer, rtol=0, atol=1e-6)
+    assert all(torch.equal(loss, losses[0]) for loss in losses)
 
 
 def test_loss_and_perplexity_equal_the_mean_token_nll_computed_independently():
