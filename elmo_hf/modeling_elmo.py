@@ -702,7 +702,7 @@ class ElmoModel(ElmoPreTrainedModel):
         rows = input_ids.reshape(-1, self.config.row_width)
         embeddings = self.token_encoder(torch.cat([self.boundary_char_ids.to(input_ids), rows]))
         begin_embedding, end_embedding = embeddings[0], embeddings[1]
-        word_embeddings = embeddings[2:].view(batch_size, sequence_length, -1) * words
+        word_embeddings = embeddings[2:].view(batch_size, sequence_length, embeddings.shape[-1]) * words
         # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
         tokens = nn.functional.pad(word_embeddings, (0, 0, 1, 1))
         tokens = torch.where((steps == 0).unsqueeze(-1), begin_embedding, tokens)

@@ -64,8 +64,8 @@ def stateful_session(fixture_folder):
 
 @pytest.mark.parametrize(
     "shape, lengths, left_padded",
-    [((4, 9), [9, 3, 0, 1], False), ((3, 7), [7, 5, 2], True), ((1, 1), [1], False)],
-    ids=["right-padded-with-empty-sentence", "left-padded", "one-word"],
+    [((4, 9), [9, 3, 0, 1], False), ((3, 7), [7, 5, 2], True), ((1, 1), [1], False), ((2, 0), [0, 0], False)],
+    ids=["right-padded-with-empty-sentence", "left-padded", "one-word", "only-empty-sentences"],
 )
 def test_export_path_in_eager_mode_equals_the_default_path(tiny_model, shape, lengths, left_padded):
     input_ids, mask = batch(shape, lengths, seed=0, left_padded=left_padded)
