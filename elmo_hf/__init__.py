@@ -33,7 +33,7 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
     ElmoScalarMix,
 )
-from .tokenization_elmo import ElmoTokenizer
+from .tokenization_elmo import DEFAULT_MODEL, ElmoTokenizer, packaged_model_path, packaged_models, resolve_model_name
 
 AUTO_CLASSES = {
     AutoModel: ElmoModel,
@@ -64,6 +64,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "DEFAULT_MODEL",
     "ElmoConfig",
     "ElmoForPreTraining",
     "ElmoForPreTrainingOutput",
@@ -75,4 +76,7 @@ __all__ = [
     "ElmoScalarMix",
     "ElmoTokenClassificationPipeline",
     "ElmoTokenizer",
+    "packaged_model_path",
+    "packaged_models",
+    "resolve_model_name",
 ]

@@ -15,6 +15,7 @@
 
 import copy
 import math
+import os
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .tokenization_elmo import CHAR_VOCAB_SIZE
+from .tokenization_elmo import CHAR_VOCAB_SIZE, resolve_model_name
 
 if TYPE_CHECKING:
     # Not imported at run time (it imports transformers.pipelines), but named here so that `save_pretrained`, which
@@ -244,6 +245,11 @@ class ElmoConfig(PreTrainedConfig):
         """As [`~PreTrainedConfig.update_from_string`], checked as a whole like `update`."""
         with self._checked_as_a_whole():
             super().update_from_string(update_str)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args, **kwargs) -> "ElmoConfig":
+        """Loads as usual; the name of a packaged model (`elmo_hf.packaged_models()`) loads its config offline."""
+        return super().from_pretrained(resolve_model_name(pretrained_model_name_or_path), *args, **kwargs)
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs) -> "ElmoConfig | tuple[ElmoConfig, dict[str, Any]]":

@@ -52,6 +52,8 @@ import h5py
 import numpy as np
 import torch
 
+from .tokenization_elmo import DEFAULT_MODEL
+
 INDEX_NAME = "sentence_to_index"  # the dataset allennlp writes the sentence -> key JSON object into
 SETTINGS_ATTR = "elmo_hf_settings"
 PARTIAL_SUFFIX = ".partial"
@@ -649,7 +651,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", help="text file, one sentence a line (UTF-8), or - for standard input")
     parser.add_argument("output", help="HDF5 file to write (allennlp elmo layout)")
     parser.add_argument(
-        "--model", required=True, help="a converted ELMo folder (elmo-hf convert) or Hub id; a head's folder works too"
+        "--model",
+        default=DEFAULT_MODEL,
+        help="a packaged model's name, a converted ELMo folder (elmo-hf convert) or Hub id; a head's folder works too",
     )
     layers = parser.add_mutually_exclusive_group()
     layers.add_argument(

@@ -28,6 +28,7 @@ Dimension names used in the docstrings: `batch_size`, `sequence_length` (words),
 """
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +42,7 @@ from transformers.utils import logging
 from .cpu_kernels import encode_words, kernels_apply, lstm_with_projection
 from .export_kernels import masked_recurrence
 from .configuration_elmo import ElmoConfig
-from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
+from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, resolve_model_name, word_to_char_ids
 
 LstmState = tuple[torch.Tensor, torch.Tensor]
 
@@ -451,13 +452,14 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init.copy_(module.boundary_char_ids, module.boundary_char_ids_of(module.config))
 
     @classmethod
-    def from_pretrained(cls, *args, **kwargs):
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *args, **kwargs):
         """Loads as usual, without transformers' per-tensor "Loading weights" bar (a checkpoint has a few dozen
-        tensors; downloads keep their own bar)."""
+        tensors; downloads keep their own bar). The name of a packaged model (`elmo_hf.packaged_models()`) loads it
+        offline."""
         shown = logging.is_progress_bar_enabled()
         logging.disable_progress_bar()
         try:
-            return super().from_pretrained(*args, **kwargs)
+            return super().from_pretrained(resolve_model_name(pretrained_model_name_or_path), *args, **kwargs)
         finally:
             if shown:
                 logging.enable_progress_bar()

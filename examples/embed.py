@@ -1,6 +1,6 @@
 """Print ELMo's per-word vectors for sentences given as arguments, or piped in one per line.
 
-    python examples/embed.py MODEL_FOLDER "The cat sat on the mat ."
+    python examples/embed.py elmo-en-mini "The cat sat on the mat ."
     echo "Another sentence ." | python examples/embed.py MODEL_FOLDER
 
 Standard input is read only when it is not a terminal (a pipe or a file), so a command pasted with others after it
@@ -12,13 +12,15 @@ import sys
 
 import torch
 
-import elmo_hf  # noqa: F401  (registers ELMo with the Auto classes)
+import elmo_hf  # registers ELMo with the Auto classes
 from transformers import AutoModel, AutoTokenizer
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model", help="a converted ELMo folder (conversion/convert.py) or Hub id")
+    parser.add_argument(
+        "model", help="a packaged model's name (elmo-en-mini), a converted ELMo folder (conversion/convert.py) or Hub id"
+    )
     parser.add_argument("sentences", nargs="*", help="sentences to embed; if none, lines piped to standard input")
     parser.add_argument("--layer", type=int, default=-1, help="which layer to print: 0 = token layer, -1 = top")
     args = parser.parse_args()
@@ -27,8 +29,9 @@ def main() -> int:
             "give sentences as arguments, or pipe them in (standard input is read only when it is not a terminal): "
             f'python examples/embed.py {args.model} "A sentence ."'
         )
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModel.from_pretrained(args.model).eval()
+    model_path = elmo_hf.resolve_model_name(args.model)  # the Auto classes take folders and Hub ids, not our names
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModel.from_pretrained(model_path).eval()
     sentences = args.sentences or (line.strip() for line in sys.stdin)
     for sentence in sentences:
         inputs = tokenizer(sentence, return_tensors="pt", return_offsets_mapping=True)

@@ -9,7 +9,7 @@ import pytest
 from conftest import FIXTURES
 from huggingface_hub import ModelCard
 
-from elmo_hf import ElmoConfig
+from elmo_hf import ElmoConfig, packaged_models
 from elmo_hf.conversion.checkpoint import ConversionError, convert_config, original_shapes, read_options
 from elmo_hf.conversion.convert import convert, main
 from elmo_hf.conversion.hub import MODEL_CARDS, MODEL_CARDS_DIR, PLACEHOLDER_REPO_ID, architecture_name, model_card
@@ -25,8 +25,8 @@ def released_config(name: str) -> ElmoConfig:
                       num_highway_layers=int(highway))
 
 
-def test_one_card_per_released_checkpoint():
-    assert sorted(path.stem for path in MODEL_CARDS_DIR.glob("*.md")) == sorted(MODEL_CARDS)
+def test_one_card_per_released_checkpoint_and_packaged_model():
+    assert sorted(path.stem for path in MODEL_CARDS_DIR.glob("*.md")) == sorted([*MODEL_CARDS, *packaged_models()])
     assert sorted(MODEL_CARDS) == ["medium", "original", "original-5.5B", "small"]
 
 

@@ -47,7 +47,7 @@ def test_first_command_ends_and_leaves_the_pasted_lines_for_the_next_command(tmp
         timeout=600,
     )
     assert result.returncode == 0, result.stderr
-    assert "words x 32 dims" in result.stdout
+    assert "words x 384 dims" in result.stdout
 
     # Everything pasted after the command is still waiting in the terminal, for the shell to run next.
     os.set_blocking(terminal_input, False)
