@@ -66,15 +66,17 @@ def kernels_apply(
     (not a subclass such as a quantised weight), where autograd records (a tensor or parameter requires a gradient)
     if and only if `recording` (the inference kernels here: not recording; the training kernel of
     `training_kernels.py`: recording), outside `torch.compile`, `torch.export`, TorchScript tracing, `torch.func`
-    transforms and torch function or dispatch modes, where every submodule is exactly one of `module_types` (so
-    nothing replaced or wrapped a layer), none is parametrized and no forward or backward hook (of the module or
-    global) would be skipped. The inference kernels also need oneDNN.
+    transforms, CPU autocast and torch function or dispatch modes, where every submodule is exactly one of
+    `module_types` (so nothing replaced or wrapped a layer), none is parametrized and no forward or backward hook (of
+    the module or global) would be skipped. The inference kernels also need oneDNN.
     """
     if torch.compiler.is_compiling() or torch.compiler.is_exporting() or not (recording or onednn_available()):
         return False
     if torch.jit.is_tracing() or torch.jit.is_scripting() or torch._C._functorch.peek_interpreter_stack() is not None:
         return False
     if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+        return False
+    if torch.is_autocast_enabled("cpu"):  # the modules' products would run in the autocast dtype
         return False
     if any(getattr(nn.modules.module, name) for name in _GLOBAL_HOOKS):
         return False

@@ -151,6 +151,12 @@ def test_dispatcher_takes_the_kernel_only_where_it_computes_the_same(fused_calls
     with torch.no_grad():
         assert not fused()  # nothing recorded: the inference kernels
     assert not fused(random_cell(torch.bfloat16), torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not fused()  # the reference's products run in bfloat16
+        with torch.no_grad():  # nor do the inference kernels run under autocast
+            assert not modeling_elmo.use_cpu_kernels(cell, *random_inputs(torch.float32))
+    with torch.no_grad():
+        assert modeling_elmo.use_cpu_kernels(cell, *random_inputs(torch.float32))
     cell.config.elmo_implementation = "eager"
     assert not fused()
     cell.config.elmo_implementation = "auto"
