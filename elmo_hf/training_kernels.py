@@ -70,11 +70,11 @@ class LstmWithProjectionFunction(torch.autograd.Function):
     def forward(ctx, inputs, hidden, cell, input_to_gates, hidden_to_gates, bias, projection, batch_sizes, cell_clip,
                 projection_clip):
         initial_hidden, initial_cell = hidden, cell
-        # The reference's operations on the same fresh tensors (matrix products can round differently on a view
-        # at another memory alignment), each step's results kept for the backward.
+        # The reference's operations on fresh tensors as the reference's (a matrix product can round differently on
+        # a view at another memory alignment), each step's results kept for the backward.
         gate_inputs = nn.functional.linear(inputs, input_to_gates)
-        saved = {name: [] for name in ("i", "f", "g", "o", "unclipped_cell", "cell", "tanh_cell", "unprojected",
-                                       "unclipped_hidden", "hidden")}
+        names = ("i", "f", "g", "o", "unclipped_cell", "cell", "tanh_cell", "unprojected", "unclipped_hidden", "hidden")
+        steps = {name: [] for name in names}
         finished = []
         position = 0
         for active in batch_sizes:
@@ -95,34 +95,23 @@ class LstmWithProjectionFunction(torch.autograd.Function):
                 if projection_clip is None
                 else unclipped_hidden.clamp(-projection_clip, projection_clip)
             )
-            for name, value in (("i", input_gate), ("f", forget_gate), ("g", candidate), ("o", output_gate),
-                                ("unclipped_cell", unclipped_cell), ("cell", cell), ("tanh_cell", tanh_cell),
-                                ("unprojected", unprojected), ("unclipped_hidden", unclipped_hidden),
-                                ("hidden", hidden)):
-                saved[name].append(value)
+            values = (input_gate, forget_gate, candidate, output_gate, unclipped_cell, cell, tanh_cell, unprojected,
+                      unclipped_hidden, hidden)
+            for name, value in zip(names, values):
+                steps[name].append(value)
             position += active
         finished.append((hidden, cell))
         # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
         final_hidden, final_cell = (torch.cat(parts[::-1]) for parts in zip(*finished))
-        ctx.save_for_backward(inputs, initial_hidden, initial_cell, input_to_gates, hidden_to_gates, projection)
-        ctx.steps = saved
-        ctx.batch_sizes = batch_sizes
-        ctx.clipped = (cell_clip is not None, projection_clip is not None)
-        return torch.cat(saved["hidden"]), final_hidden, final_cell
+        outputs = torch.cat(steps["hidden"])
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_outputs, grad_final_hidden, grad_final_cell):
-        inputs, initial_hidden, initial_cell, input_to_gates, hidden_to_gates, projection = ctx.saved_tensors
-        batch_sizes = ctx.batch_sizes
-        cell_clipped, projection_clipped = ctx.clipped
-        # The steps' saved tensors as whole sequences, packed as the inputs.
-        steps = {name: torch.cat(values) for name, values in ctx.steps.items()}
-        input_gate, forget_gate, candidate, output_gate = (steps[name] for name in "ifgo")
-        cells, tanh_cells, outputs = steps["cell"], steps["tanh_cell"], steps["hidden"]
-        num_positions, lstm_dim = cells.shape
-        # Whole-sequence factors of the chain rule, computed at once before the sequential part:
-        # d cell (before clipping) -> d pre-activations of i, f, g, packed (num_positions, 3, lstm_dim)
+        # What the backward needs, for all positions at once (packed as the inputs): the factors of the chain rule
+        # d cell (before clipping) -> d pre-activations of i, f, g, packed `(num_positions, 3, lstm_dim)`; d unprojected
+        # -> d pre-activation of o, and -> d cell through tanh; the forget gate (d cell -> d previous cell); and where
+        # clipping changed a value (NaN included), whose gradient is zero, as autograd of `clamp` gives.
+        input_gate, forget_gate, candidate, output_gate, cells, tanh_cells, unprojected = (
+            torch.cat(steps[name]) for name in ("i", "f", "g", "o", "cell", "tanh_cell", "unprojected")
+        )
         cell_factors = torch.stack(
             [
                 candidate * input_gate * (1 - input_gate),
@@ -131,19 +120,31 @@ class LstmWithProjectionFunction(torch.autograd.Function):
             ],
             dim=1,
         )
-        # d unprojected -> d pre-activation of o, and -> d cell (through tanh)
         output_factor = tanh_cells * output_gate * (1 - output_gate)
         cell_from_output = output_gate * (1 - tanh_cells.square())
-        # Where clipping changed the value (NaN included), the gradient is zero, as autograd of `clamp` gives.
-        clipped_outputs = steps["unclipped_hidden"] != outputs if projection_clipped else None
-        clipped_cells = steps["unclipped_cell"] != cells if cell_clipped else None
+        clipped_cells = torch.cat(steps["unclipped_cell"]) != cells if cell_clip is not None else None
+        clipped_outputs = torch.cat(steps["unclipped_hidden"]) != outputs if projection_clip is not None else None
+        ctx.factors = (cell_factors, output_factor, cell_from_output, forget_gate, clipped_cells, clipped_outputs)
+        ctx.unprojected = unprojected
+        ctx.batch_sizes = batch_sizes
+        ctx.save_for_backward(inputs, initial_hidden, input_to_gates, hidden_to_gates, projection, outputs)
+        return outputs, final_hidden, final_cell
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_outputs, grad_final_hidden, grad_final_cell):
+        inputs, initial_hidden, input_to_gates, hidden_to_gates, projection, outputs = ctx.saved_tensors
+        cell_factors, output_factor, cell_from_output, forget_gate, clipped_cells, clipped_outputs = ctx.factors
+        batch_sizes = ctx.batch_sizes
+        num_positions, lstm_dim = forget_gate.shape
 
         # The recurrence in reverse. grad_hidden / grad_cell hold, for every row, the gradient reaching its state
         # after the step being processed: from the next step for rows still running, from the final state for rows
         # that ended there; after step 0 they are the initial state's gradients.
         grad_hidden = grad_final_hidden.clone(memory_format=torch.contiguous_format)
         grad_cell = grad_final_cell.clone(memory_format=torch.contiguous_format)
-        grad_unclipped_outputs = grad_outputs.clone(memory_format=torch.contiguous_format)  # becomes d(projection output before clipping), all steps
+        # Becomes, step by step, the gradient of the projection's output before clipping.
+        grad_unclipped_outputs = grad_outputs.clone(memory_format=torch.contiguous_format)
         grad_gates = inputs.new_empty(num_positions, 4 * lstm_dim)
         for start, active in zip(step_positions(batch_sizes)[::-1], batch_sizes[::-1]):
             rows = slice(start, start + active)
@@ -156,7 +157,8 @@ class LstmWithProjectionFunction(torch.autograd.Function):
             if clipped_cells is not None:
                 grad_step_cell.masked_fill_(clipped_cells[rows], 0)
             step_gates = grad_gates[rows]
-            torch.mul(grad_step_cell.unsqueeze(1), cell_factors[rows], out=step_gates[:, : 3 * lstm_dim].view(-1, 3, lstm_dim))
+            input_forget_candidate = step_gates[:, : 3 * lstm_dim].view(active, 3, lstm_dim)
+            torch.mul(grad_step_cell.unsqueeze(1), cell_factors[rows], out=input_forget_candidate)
             torch.mul(grad_unprojected, output_factor[rows], out=step_gates[:, 3 * lstm_dim :])
             torch.mul(grad_step_cell, forget_gate[rows], out=grad_cell[:active])
             torch.mm(step_gates, hidden_to_gates, out=grad_hidden[:active])
@@ -169,7 +171,7 @@ class LstmWithProjectionFunction(torch.autograd.Function):
         if needs[4]:
             grad_hidden_to_gates = grad_gates.t() @ previous_rows(initial_hidden, outputs, batch_sizes)
         grad_bias = grad_gates.sum(0) if needs[5] else None
-        grad_projection = grad_unclipped_outputs.t() @ steps["unprojected"] if needs[6] else None
+        grad_projection = grad_unclipped_outputs.t() @ ctx.unprojected if needs[6] else None
         return (
             grad_inputs,
             grad_hidden if needs[1] else None,
