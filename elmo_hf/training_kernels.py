@@ -67,8 +67,19 @@ class LstmWithProjectionFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, inputs, hidden, cell, input_to_gates, hidden_to_gates, bias, projection, batch_sizes, cell_clip,
-                projection_clip):
+    def forward(
+        ctx,
+        inputs: torch.Tensor,
+        hidden: torch.Tensor,
+        cell: torch.Tensor,
+        input_to_gates: torch.Tensor,
+        hidden_to_gates: torch.Tensor,
+        bias: torch.Tensor,
+        projection: torch.Tensor,
+        batch_sizes: list[int],
+        cell_clip: float | None,
+        projection_clip: float | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         initial_hidden, initial_cell = hidden, cell
         # The reference's operations on fresh tensors as the reference's (a matrix product can round differently on
         # a view at another memory alignment), each step's results kept for the backward.
@@ -132,7 +143,10 @@ class LstmWithProjectionFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_outputs, grad_final_hidden, grad_final_cell):
+    def backward(
+        ctx, grad_outputs: torch.Tensor, grad_final_hidden: torch.Tensor, grad_final_cell: torch.Tensor
+    ) -> tuple[torch.Tensor | None, ...]:
+        """The gradients of the inputs, initial state and weights (`None` where not needed)."""
         inputs, initial_hidden, input_to_gates, hidden_to_gates, projection, outputs = ctx.saved_tensors
         cell_factors, output_factor, cell_from_output, forget_gate, clipped_cells, clipped_outputs = ctx.factors
         batch_sizes = ctx.batch_sizes
