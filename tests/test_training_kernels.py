@@ -9,6 +9,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from elmo_hf import ElmoForPreTraining, modeling_elmo
+from elmo_hf.cli import run_subcommand
 from elmo_hf.data_elmo import DataCollatorForElmoPreTraining, ElmoWordVocabulary
 from elmo_hf.modeling_elmo import ElmoLstmCellWithProjection
 from elmo_hf.training_kernels import LstmWithProjectionFunction, fused_lstm_with_projection
@@ -187,3 +188,16 @@ def test_double_backward_is_refused_and_the_reference_supports_it():
     outputs = reference_run(cell, inputs, hidden, memory)[0]
     (gradient,) = torch.autograd.grad(outputs.square().sum(), inputs, create_graph=True)
     gradient.sum().backward()
+
+
+def test_pretrain_command_trains_with_the_kernel(fused_calls, tmp_path):
+    """`elmo-hf pretrain` (Trainer, accelerate) leaves the cells stock, so its steps take the kernel."""
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("the cat sat on the mat\na dog barked\n" * 4, encoding="utf-8")
+    flags = ["--lstm-dim", "16", "--projection-dim", "8", "--filters", "1:4,2:8", "--num-highway-layers", "1"]
+    assert run_subcommand(
+        "pretrain",
+        ["--train", str(corpus), "--output", str(tmp_path / "out"), *flags, "--max-steps", "2", "--batch-size", "4",
+         "--no-progress"],
+    ) == 0
+    assert len(fused_calls) == 2 * 2 * 2  # 2 steps, 2 layers, 2 directions
