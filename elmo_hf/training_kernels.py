@@ -135,10 +135,12 @@ class LstmWithProjectionFunction(torch.autograd.Function):
         cell_from_output = output_gate * (1 - tanh_cells.square())
         clipped_cells = torch.cat(steps["unclipped_cell"]) != cells if cell_clip is not None else None
         clipped_outputs = torch.cat(steps["unclipped_hidden"]) != outputs if projection_clip is not None else None
-        ctx.factors = (cell_factors, output_factor, cell_from_output, forget_gate, clipped_cells, clipped_outputs)
-        ctx.unprojected = unprojected
+        # All through save_for_backward (intermediates too), so that saved-tensor hooks see every one.
+        ctx.save_for_backward(
+            inputs, initial_hidden, input_to_gates, hidden_to_gates, projection, outputs, unprojected, cell_factors,
+            output_factor, cell_from_output, forget_gate, clipped_cells, clipped_outputs,
+        )
         ctx.batch_sizes = batch_sizes
-        ctx.save_for_backward(inputs, initial_hidden, input_to_gates, hidden_to_gates, projection, outputs)
         return outputs, final_hidden, final_cell
 
     @staticmethod
@@ -147,8 +149,8 @@ class LstmWithProjectionFunction(torch.autograd.Function):
         ctx, grad_outputs: torch.Tensor, grad_final_hidden: torch.Tensor, grad_final_cell: torch.Tensor
     ) -> tuple[torch.Tensor | None, ...]:
         """The gradients of the inputs, initial state and weights (`None` where not needed)."""
-        inputs, initial_hidden, input_to_gates, hidden_to_gates, projection, outputs = ctx.saved_tensors
-        cell_factors, output_factor, cell_from_output, forget_gate, clipped_cells, clipped_outputs = ctx.factors
+        inputs, initial_hidden, input_to_gates, hidden_to_gates, projection, outputs, unprojected = ctx.saved_tensors[:7]
+        cell_factors, output_factor, cell_from_output, forget_gate, clipped_cells, clipped_outputs = ctx.saved_tensors[7:]
         batch_sizes = ctx.batch_sizes
         num_positions, lstm_dim = forget_gate.shape
 
@@ -185,7 +187,7 @@ class LstmWithProjectionFunction(torch.autograd.Function):
         if needs[4]:
             grad_hidden_to_gates = grad_gates.t() @ previous_rows(initial_hidden, outputs, batch_sizes)
         grad_bias = grad_gates.sum(0) if needs[5] else None
-        grad_projection = grad_unclipped_outputs.t() @ ctx.unprojected if needs[6] else None
+        grad_projection = grad_unclipped_outputs.t() @ unprojected if needs[6] else None
         return (
             grad_inputs,
             grad_hidden if needs[1] else None,

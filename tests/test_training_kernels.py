@@ -71,7 +71,7 @@ def test_clips_are_active_in_these_tests():
     cell = random_cell(torch.float64, cell_clip=None, projection_clip=None)
     inputs, hidden, memory = random_inputs(torch.float64)
     with torch.no_grad():
-        outputs, final_hidden, final_cell = reference_run(cell, inputs, hidden, memory)
+        outputs, _, final_cell = reference_run(cell, inputs, hidden, memory)
     for values, clip in ((outputs, 0.4), (final_cell, 0.6)):
         clipped = values.abs() > clip
         assert clipped.any() and not clipped.all()
@@ -201,3 +201,23 @@ def test_pretrain_command_trains_with_the_kernel(fused_calls, tmp_path):
          "--no-progress"],
     ) == 0
     assert len(fused_calls) == 2 * 2 * 2  # 2 steps, 2 layers, 2 directions
+
+
+def test_saved_tensor_hooks_see_what_the_backward_keeps():
+    """Everything the backward keeps goes through `save_for_backward`, so offloading hooks (`save_on_cpu`,
+    checkpointing) see it all; the gradients are unchanged."""
+    cell = random_cell(torch.float64)
+    inputs, hidden, memory = random_inputs(torch.float64)
+    packed = []
+
+    def pack(tensor):
+        packed.append(tensor.shape)
+        return tensor.clone()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        outputs, _ = fused_lstm_with_projection(cell, inputs, BATCH_SIZES, (hidden, memory))
+    assert (sum(BATCH_SIZES), 3, 7) in packed and len(packed) == 13  # both clips: no None among them
+    hooked = torch.autograd.grad(outputs.sum(), [inputs, *cell.parameters()])
+    outputs, _ = fused_lstm_with_projection(cell, inputs, BATCH_SIZES, (hidden, memory))
+    for gradient, plain in zip(hooked, torch.autograd.grad(outputs.sum(), [inputs, *cell.parameters()]), strict=True):
+        assert torch.equal(gradient, plain)
