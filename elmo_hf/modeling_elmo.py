@@ -19,10 +19,10 @@ is described in this repository's docs/original_computation.md.
 
 Every module computes what the paper says with its own submodules; on CPU without autograd, the token layer and the
 LSTM cells may instead run the faster kernels of `cpu_kernels.py`, which compute the same thing (see
-`use_cpu_kernels`, the one place that decides), and on CPU while autograd records, the LSTM cells run the autograd
-function of `training_kernels.py`, the same forward with a backward of its own (see `use_training_kernel`). Under `torch.export` (or with `config.elmo_implementation =
-"export"`) the model runs its export path instead, which has no host synchronisation and no shape taken from data
-(see `use_export_path`).
+`use_cpu_kernels`), and on CPU while autograd records, the LSTM cells run the autograd function of
+`training_kernels.py`, the same forward with a backward of its own (see `use_training_kernel`). Under `torch.export`
+(or with `config.elmo_implementation = "export"`) the model runs its export path instead, which has no host
+synchronisation and no shape taken from data (see `use_export_path`).
 
 Dimension names used in the docstrings: `batch_size`, `sequence_length` (words), `max_characters_per_token`,
 `projection_dim`, `lstm_dim`; `sequence_length + 2` counts the sentence boundaries `<S>` and `</S>`.

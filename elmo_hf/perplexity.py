@@ -43,7 +43,9 @@ from .modeling_elmo import ElmoForPreTraining
 from .pretraining import PreTrainingError, corpus_perplexity
 
 
-def load_pretraining_model(folder: Path, vocabulary_file: Path | None) -> tuple[ElmoForPreTraining, ElmoWordVocabulary]:
+def load_pretraining_model(
+    folder: Path, vocabulary_file: Path | None
+) -> tuple[ElmoForPreTraining, ElmoWordVocabulary]:
     """The model of a pretraining folder and its vocabulary (`vocabulary_file`, else the folder's `vocab.txt`).
 
     Raises a `PreTrainingError` for a folder that is not a model, has no softmax (a converted checkpoint, a plain

@@ -17,16 +17,16 @@ autograd function, with a hand-written backward.
 Autograd through `ElmoLstmCellWithProjection.forward` records every step's slices of the gate inputs and of the
 state; its backward then fills, copies and adds a full-size gradient for each slice, and makes the weight gradients
 as one small matrix product per step. `LstmWithProjectionFunction` runs the same forward (the same operations in the
-same order, so the outputs are bitwise the reference's) keeping what the backward needs in whole-sequence buffers;
-its backward runs the recurrence in reverse with a few element-wise operations and two small products per step, and
-then every weight gradient and the input gradient as one matrix product over all steps. Clipping is differentiated
-as autograd differentiates `clamp`: the gradient passes where the clamped value equals its input (inside the range,
-bounds included) and is zero elsewhere.
+same order on tensors of their own, so the outputs are bitwise the reference's) and then computes, for all steps at
+once, the factors of the chain rule its backward needs; its backward runs the recurrence in reverse with a few
+element-wise operations and two small products per step, and then the input gradient and every weight gradient as
+one matrix product over all steps. Clipping is differentiated as autograd differentiates `clamp`: the gradient
+passes where the clamped value equals its input (inside the range, bounds included) and is zero elsewhere.
 
 `modeling_elmo`'s dispatcher takes it only where it computes the reference's gradients (`kernels_apply` with
 `recording=True`): autograd recording, CPU, float32 or float64, stock modules without hooks or parametrizations.
-It supports one backward pass (`once_differentiable`); `config.elmo_implementation = "eager"` runs the reference for double
-backward.
+It supports one backward pass (`once_differentiable`); `config.elmo_implementation = "eager"` runs the reference,
+for double backward.
 """
 
 import torch
@@ -84,7 +84,9 @@ class LstmWithProjectionFunction(torch.autograd.Function):
         # The reference's operations on fresh tensors as the reference's (a matrix product can round differently on
         # a view at another memory alignment), each step's results kept for the backward.
         gate_inputs = nn.functional.linear(inputs, input_to_gates)
-        names = ("i", "f", "g", "o", "unclipped_cell", "cell", "tanh_cell", "unprojected", "unclipped_hidden", "hidden")
+        names = (
+            "i", "f", "g", "o", "unclipped_cell", "cell", "tanh_cell", "unprojected", "unclipped_hidden", "hidden"
+        )
         steps = {name: [] for name in names}
         finished = []
         position = 0
@@ -117,9 +119,10 @@ class LstmWithProjectionFunction(torch.autograd.Function):
         outputs = torch.cat(steps["hidden"])
 
         # What the backward needs, for all positions at once (packed as the inputs): the factors of the chain rule
-        # d cell (before clipping) -> d pre-activations of i, f, g, packed `(num_positions, 3, lstm_dim)`; d unprojected
-        # -> d pre-activation of o, and -> d cell through tanh; the forget gate (d cell -> d previous cell); and where
-        # clipping changed a value (NaN included), whose gradient is zero, as autograd of `clamp` gives.
+        # d cell (before clipping) -> d pre-activations of i, f, g, packed `(num_positions, 3, lstm_dim)`;
+        # d unprojected -> d pre-activation of o, and -> d cell through tanh; the forget gate (d cell -> d previous
+        # cell); and where clipping changed a value (NaN included), whose gradient is zero, as autograd of `clamp`
+        # gives.
         input_gate, forget_gate, candidate, output_gate, cells, tanh_cells, unprojected = (
             torch.cat(steps[name]) for name in ("i", "f", "g", "o", "cell", "tanh_cell", "unprojected")
         )
@@ -149,8 +152,8 @@ class LstmWithProjectionFunction(torch.autograd.Function):
         ctx, grad_outputs: torch.Tensor, grad_final_hidden: torch.Tensor, grad_final_cell: torch.Tensor
     ) -> tuple[torch.Tensor | None, ...]:
         """The gradients of the inputs, initial state and weights (`None` where not needed)."""
-        inputs, initial_hidden, input_to_gates, hidden_to_gates, projection, outputs, unprojected = ctx.saved_tensors[:7]
-        cell_factors, output_factor, cell_from_output, forget_gate, clipped_cells, clipped_outputs = ctx.saved_tensors[7:]
+        (inputs, initial_hidden, input_to_gates, hidden_to_gates, projection, outputs, unprojected, cell_factors,
+         output_factor, cell_from_output, forget_gate, clipped_cells, clipped_outputs) = ctx.saved_tensors
         batch_sizes = ctx.batch_sizes
         num_positions, lstm_dim = forget_gate.shape
 
