@@ -146,3 +146,24 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(
     assert perplexity("--model", model, "--text", text, "--json", output) == 2
     assert re.search(message, capsys.readouterr().err)
     assert not output.exists()
+
+
+def test_a_pretrained_folder_scores_its_held_out_text_as_pretrain_evaluated_it(tmp_path):
+    """End to end: `elmo-hf pretrain` writes the folder; `perplexity` on its validation text repeats its last
+    evaluation."""
+    train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
+    train.write_text("the cat sat on the mat\na dog barked at the cat\n" * 4, encoding="utf-8")
+    valid.write_text("the dog sat\non a mat the cat barked\n", encoding="utf-8")
+    flags = ["--lstm-dim", "16", "--projection-dim", "8", "--filters", "1:4,2:8", "--num-highway-layers", "1"]
+    output = tmp_path / "model"
+    assert run_subcommand(
+        "pretrain",
+        ["--train", str(train), "--validation", str(valid), "--output", str(output), *flags, "--max-steps", "2",
+         "--batch-size", "4", "--eval-steps", "0", "--no-progress"],
+    ) == 0
+    evaluated = [entry for entry in json.loads((output / "training_log.json").read_text()) if "eval_loss" in entry][-1]
+    assert perplexity("--model", output, "--text", valid, "--json", tmp_path / "result.json") == 0
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["predictions"] == evaluated["eval_predictions"] == 3 + 6 + 2
+    for key in ("loss", "forward_perplexity", "backward_perplexity"):
+        assert math.isclose(result[key], evaluated[f"eval_{key}"], rel_tol=1e-6)
