@@ -3,6 +3,7 @@
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,7 @@ def test_non_utf8_text_names_file_and_line_or_is_replaced(pretraining_folder, tm
         ("plain ElmoModel", "has no word softmax .* perplexity needs a pretraining folder"),
         ("no vocab.txt", "no vocabulary .*vocab.txt: perplexity needs a pretraining folder"),
         ("vocabulary of another size", "has 4 words but the softmax .* has 8"),
+        ("softmax size but no softmax weights", "has no trained softmax weights .*softmax.weight"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(
@@ -140,6 +142,10 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(
         ElmoWordVocabulary(["</S>", "<S>", "<UNK>"]).save(model)
     elif problem == "no vocab.txt":
         (model / "vocab.txt").unlink()
+    elif problem == "softmax size but no softmax weights":
+        model = tmp_path / "biLM only"
+        ElmoModel(tiny_config(word_vocab_size=8)).save_pretrained(model)
+        shutil.copy(pretraining_folder / "vocab.txt", model / "vocab.txt")
     elif problem == "vocabulary of another size":
         (model / "vocab.txt").write_text("</S>\n<S>\n<UNK>\nthe\n", encoding="utf-8")
     output = tmp_path / "result.json"
