@@ -1,6 +1,10 @@
 """Training speed of a pretraining step: elmo-hf's `ElmoForPreTraining` against the same biLM built from
 `torch.nn.LSTM(proj_size=...)`, in one run, with the fraction of the machine's measured matrix-product throughput.
 
+Three builds, their steps interleaved (round r times step r of every build, so a busy machine slows all alike):
+`elmo-hf` as it trains (the LSTM cells' fused autograd function of `training_kernels.py`), `elmo-hf reference`
+(`elmo_implementation="eager"`: autograd through every step of the reference modules) and `nn.LSTM(proj_size)`.
+
     python benchmarks/bench_training.py [--architectures small ptb] [--batch-size 32] [--steps 3] [--threads 2]
         [--profile]
 
@@ -13,6 +17,7 @@ top operators of one elmo-hf step.
 """
 
 import argparse
+import copy
 import os
 import platform
 import statistics
@@ -125,18 +130,23 @@ def gemm_gflops(size: int = 1024, repeats: int = 5) -> float:
     return 2 * size**3 / min(times) / 1e9
 
 
-def time_steps(model: nn.Module, batch: dict, steps: int, loss_of) -> list[float]:
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    times = []
+def time_interleaved(builds: list[tuple], batch: dict, steps: int) -> tuple[list[list[float]], list[float]]:
+    """`steps` rounds of one training step per build (after a warm-up step each: allocators, oneDNN), the GEMM
+    throughput measured before every round: the seconds of each build's steps, and the GEMM GFLOP/s per round."""
+    optimizers = [torch.optim.Adam(model.parameters(), lr=1e-4) for _, model, _ in builds]
+    times = [[] for _ in builds]
+    gemm = []
     for step in range(steps + 1):
-        start = time.perf_counter()
-        loss = loss_of(model(**batch))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if step:  # the first step warms up allocators and oneDNN
-            times.append(time.perf_counter() - start)
-    return times
+        if step:
+            gemm.append(gemm_gflops())
+        for (_, model, loss_of), optimizer, build_times in zip(builds, optimizers, times):
+            start = time.perf_counter()
+            loss_of(model(**batch)).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            if step:
+                build_times.append(time.perf_counter() - start)
+    return times, gemm
 
 
 def main() -> None:
@@ -164,18 +174,21 @@ def main() -> None:
     for name in args.architectures:
         config = ElmoConfig(**PRESETS[name], word_vocab_size=VOCABULARY_SIZE, pretraining_dropout=0.0)
         flops = 3 * forward_flops(config, num_words, len(rows))
-        builds = (
-            ("elmo-hf", ElmoForPreTraining(config).train(), lambda output: output.loss),
+        torch.manual_seed(0)
+        model = ElmoForPreTraining(config).train()
+        reference = copy.deepcopy(model)
+        reference.config.elmo_implementation = "eager"
+        builds = [
+            ("elmo-hf", model, lambda output: output.loss),
+            ("elmo-hf reference", reference, lambda output: output.loss),
             ("nn.LSTM(proj_size)", TorchLstmBiLm(config).train(), lambda loss: loss),
-        )
-        measured = []
-        for build, model, loss_of in builds:
-            gemm = gemm_gflops()
-            times = time_steps(model, batch, args.steps, loss_of)
-            measured.append((build, statistics.median(times), times, gemm))
-        stock_step = measured[1][1]
-        for build, step, times, gemm in measured:
-            runs = ", ".join(f"{t:.2f}" for t in times)
+        ]
+        times, gemm_rounds = time_interleaved(builds, batch, args.steps)
+        gemm = statistics.median(gemm_rounds)
+        stock_step = statistics.median(times[-1])
+        for (build, _, _), build_times in zip(builds, times):
+            step = statistics.median(build_times)
+            runs = ", ".join(f"{t:.2f}" for t in build_times)
             print(f"| {name} | {build} | {num_words / step:,.0f} | {step:.2f} ({runs}) | {flops / step / 1e9:.1f} | "
                   f"{gemm:.0f} | {flops / step / 1e9 / gemm:.1%} | {stock_step / step:.2f}x |")
         if args.profile:

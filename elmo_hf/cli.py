@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "convert-manylangs": ("elmo_hf.conversion.manylangs", "convert an ELMoForManyLangs model folder (44 languages)"),
     "export": ("elmo_hf.conversion.export", "export an elmo-hf folder to the original options.json + weights.hdf5"),
     "pretrain": ("elmo_hf.pretraining", "pretrain a biLM on text files, or adapt a model folder to new text"),
+    "perplexity": ("elmo_hf.perplexity", "each direction's perplexity of a pretraining folder's biLM on text files"),
     "export-onnx": ("elmo_hf.onnx_export", "export a converted folder (base model or head) to onnx/model.onnx inside it"),
     "embed": ("elmo_hf.embed", "ELMo vectors of a text file, one sentence a line, into an allennlp-style HDF5 file"),
     "merge-shards": ("elmo_hf.merge_shards", "merge the shards of an `elmo-hf embed` run under torchrun"),

@@ -131,8 +131,10 @@ class ElmoConfig(PreTrainedConfig):
             (the original trains with 0.1).
         elmo_implementation (`str`, defaults to `"auto"`):
             `"auto"` runs the CPU kernels of `cpu_kernels.py` where they compute the same thing as the model's own
-            modules (CPU, no autograd, float32 or bfloat16, stock layers without hooks); `"eager"` always runs the
-            modules themselves (the reference computation); `"export"` runs the export path, the computation that
+            modules (CPU, no autograd, float32 or bfloat16, stock layers without hooks), and while autograd records
+            on CPU in float32 or float64 the LSTM cells' fused autograd function of `training_kernels.py` (the same
+            forward, its own backward; one backward pass only); `"eager"` always runs the modules themselves (the
+            reference computation, also for double backward); `"export"` runs the export path, the computation that
             `torch.export` and ONNX export take whatever this is set to (every sentence runs to the batch's longest
             length, no host synchronisation), e.g. for `torch.compile(model, fullgraph=True, dynamic=True)`.
 

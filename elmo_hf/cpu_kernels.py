@@ -53,20 +53,30 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def kernels_apply(module: nn.Module, tensors: tuple[torch.Tensor, ...], module_types: tuple[type, ...]) -> bool:
+def kernels_apply(
+    module: nn.Module,
+    tensors: tuple[torch.Tensor, ...],
+    module_types: tuple[type, ...],
+    dtypes: tuple[torch.dtype, ...] = KERNEL_DTYPES,
+    recording: bool = False,
+) -> bool:
     """Whether the kernel of `module` computes exactly what its forward computes, for these input tensors.
 
-    True only for CPU tensors and parameters of one dtype (float32 or bfloat16), plain `torch.Tensor` or
-    `nn.Parameter` (not a subclass such as a quantised weight), with no autograd recording, outside `torch.compile`,
-    `torch.export`, TorchScript tracing, `torch.func` transforms and torch function or dispatch modes, where every
-    submodule is exactly one of `module_types` (so nothing replaced or wrapped a layer), none is parametrized and no
-    forward or backward hook (of the module or global) would be skipped.
+    True only for CPU tensors and parameters of one dtype (one of `dtypes`), plain `torch.Tensor` or `nn.Parameter`
+    (not a subclass such as a quantised weight), where autograd records (a tensor or parameter requires a gradient)
+    if and only if `recording` (the inference kernels here: not recording; the training kernel of
+    `training_kernels.py`: recording), outside `torch.compile`, `torch.export`, TorchScript tracing, `torch.func`
+    transforms, CPU autocast and torch function or dispatch modes, where every submodule is exactly one of
+    `module_types` (so nothing replaced or wrapped a layer), none is parametrized and no forward or backward hook (of
+    the module or global) would be skipped. The inference kernels also need oneDNN.
     """
-    if torch.compiler.is_compiling() or torch.compiler.is_exporting() or not onednn_available():
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting() or not (recording or onednn_available()):
         return False
     if torch.jit.is_tracing() or torch.jit.is_scripting() or torch._C._functorch.peek_interpreter_stack() is not None:
         return False
     if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+        return False
+    if torch.is_autocast_enabled("cpu"):  # the modules' products would run in the autocast dtype
         return False
     if any(getattr(nn.modules.module, name) for name in _GLOBAL_HOOKS):
         return False
@@ -77,8 +87,8 @@ def kernels_apply(module: nn.Module, tensors: tuple[torch.Tensor, ...], module_t
             return False
     dtype = next(module.parameters()).dtype
     tensors = (*tensors, *module.parameters())
-    recording = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tensors)
-    return dtype in KERNEL_DTYPES and not recording and all(
+    records = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tensors)
+    return dtype in dtypes and records == recording and all(
         type(tensor) in (torch.Tensor, nn.Parameter)
         and tensor.device.type == "cpu"
         and tensor.layout == torch.strided

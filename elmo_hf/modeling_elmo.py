@@ -19,9 +19,10 @@ is described in this repository's docs/original_computation.md.
 
 Every module computes what the paper says with its own submodules; on CPU without autograd, the token layer and the
 LSTM cells may instead run the faster kernels of `cpu_kernels.py`, which compute the same thing (see
-`use_cpu_kernels`, the one place that decides). Under `torch.export` (or with `config.elmo_implementation =
-"export"`) the model runs its export path instead, which has no host synchronisation and no shape taken from data
-(see `use_export_path`).
+`use_cpu_kernels`), and on CPU while autograd records, the LSTM cells run the autograd function of
+`training_kernels.py`, the same forward with a backward of its own (see `use_training_kernel`). Under `torch.export`
+(or with `config.elmo_implementation = "export"`) the model runs its export path instead, which has no host
+synchronisation and no shape taken from data (see `use_export_path`).
 
 Dimension names used in the docstrings: `batch_size`, `sequence_length` (words), `max_characters_per_token`,
 `projection_dim`, `lstm_dim`; `sequence_length + 2` counts the sentence boundaries `<S>` and `</S>`.
@@ -43,6 +44,7 @@ from .cpu_kernels import encode_words, kernels_apply, lstm_with_projection
 from .export_kernels import masked_recurrence
 from .configuration_elmo import ElmoConfig
 from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, resolve_model_name, word_to_char_ids
+from .training_kernels import TRAINING_KERNEL_DTYPES, fused_lstm_with_projection
 
 LstmState = tuple[torch.Tensor, torch.Tensor]
 
@@ -58,6 +60,18 @@ def use_cpu_kernels(module: nn.Module, *inputs: torch.Tensor) -> bool:
     if module.config.elmo_implementation != "auto":
         return False
     return kernels_apply(module, inputs, CPU_KERNEL_MODULE_TYPES[type(module)])
+
+
+def use_training_kernel(cell: nn.Module, *inputs: torch.Tensor) -> bool:
+    """The dispatcher for training: whether the LSTM cell `cell` runs `fused_lstm_with_projection` from
+    `training_kernels.py` (one autograd node per call, its own backward) instead of recording every step.
+
+    As `use_cpu_kernels`, but where autograd records, in float32 or float64 (the kernel's gradients are the
+    reference's: tested against autograd and with `gradcheck`).
+    """
+    if cell.config.elmo_implementation != "auto":
+        return False
+    return kernels_apply(cell, inputs, CPU_KERNEL_MODULE_TYPES[type(cell)], TRAINING_KERNEL_DTYPES, recording=True)
 
 
 def use_export_path(config: ElmoConfig) -> bool:
@@ -214,6 +228,8 @@ class ElmoLstmCellWithProjection(nn.Module):
         """
         if use_cpu_kernels(self, inputs, *initial_state):
             return lstm_with_projection(self, inputs, batch_sizes, initial_state)
+        if use_training_kernel(self, inputs, *initial_state):
+            return fused_lstm_with_projection(self, inputs, batch_sizes, initial_state)
         gate_inputs = self.input_to_gates(inputs)
         hidden, cell = initial_state
         outputs, finished = [], []

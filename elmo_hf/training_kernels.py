@@ -1,0 +1,226 @@
+# Copyright 2026 The elmo-hf Authors. ELMo by Peters et al. (2018), Allen Institute for AI.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The training kernel for `modeling_elmo`: one LSTM-with-projection direction over a whole packed sequence as one
+autograd function, with a hand-written backward.
+
+Autograd through `ElmoLstmCellWithProjection.forward` records every step's slices of the gate inputs and of the
+state; its backward then fills, copies and adds a full-size gradient for each slice, and makes the weight gradients
+as one small matrix product per step. `LstmWithProjectionFunction` runs the same forward (the same operations in the
+same order on tensors of their own, so the outputs are bitwise the reference's) and then computes, for all steps at
+once, the factors of the chain rule its backward needs; its backward runs the recurrence in reverse with a few
+element-wise operations and two small products per step, and then the input gradient and every weight gradient as
+one matrix product over all steps. Clipping is differentiated as autograd differentiates `clamp`: the gradient
+passes where the clamped value equals its input (inside the range, bounds included) and is zero elsewhere.
+
+`modeling_elmo`'s dispatcher takes it only where it computes the reference's gradients (`kernels_apply` with
+`recording=True`): autograd recording, CPU, float32 or float64, stock modules without hooks or parametrizations.
+It supports one backward pass (`once_differentiable`); `config.elmo_implementation = "eager"` runs the reference,
+for double backward.
+"""
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from .cpu_kernels import LstmState
+
+TRAINING_KERNEL_DTYPES = (torch.float32, torch.float64)
+
+
+def step_positions(batch_sizes: list[int]) -> list[int]:
+    """The packed position of each step's first row: `[0, b0, b0 + b1, ...]` (one entry per step)."""
+    positions, position = [], 0
+    for active in batch_sizes:
+        positions.append(position)
+        position += active
+    return positions
+
+
+def previous_rows(initial: torch.Tensor, sequence: torch.Tensor, batch_sizes: list[int]) -> torch.Tensor:
+    """The state each packed position started from, packed as the positions: the initial state for step 0, and for
+    step `t` the first `batch_sizes[t]` rows of step `t - 1` of `sequence` (rows are sorted, so they are a block)."""
+    positions = step_positions(batch_sizes)
+    blocks = [initial[: batch_sizes[0]]]
+    blocks += [sequence[positions[t - 1] : positions[t - 1] + batch_sizes[t]] for t in range(1, len(batch_sizes))]
+    return torch.cat(blocks)
+
+
+class LstmWithProjectionFunction(torch.autograd.Function):
+    """`ElmoLstmCellWithProjection.forward` over a packed batch, as one autograd node.
+
+    Inputs: `inputs` `(num_positions, projection_dim)`, the initial `hidden` `(batch_size, projection_dim)` and `cell`
+    `(batch_size, lstm_dim)`, the weights `input_to_gates` `(4 * lstm_dim, projection_dim)`, `hidden_to_gates`
+    `(4 * lstm_dim, projection_dim)` and its bias `(4 * lstm_dim,)`, `projection` `(projection_dim, lstm_dim)`, then
+    `batch_sizes` and the two clip bounds (`None` for none). Outputs: the packed outputs `(num_positions,
+    projection_dim)` and the final hidden and cell states of every row.
+    """
+
+    @staticmethod
+    def forward(
+        ctx,
+        inputs: torch.Tensor,
+        hidden: torch.Tensor,
+        cell: torch.Tensor,
+        input_to_gates: torch.Tensor,
+        hidden_to_gates: torch.Tensor,
+        bias: torch.Tensor,
+        projection: torch.Tensor,
+        batch_sizes: list[int],
+        cell_clip: float | None,
+        projection_clip: float | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        initial_hidden, initial_cell = hidden, cell
+        # The reference's operations on fresh tensors as the reference's (a matrix product can round differently on
+        # a view at another memory alignment), each step's results kept for the backward.
+        gate_inputs = nn.functional.linear(inputs, input_to_gates)
+        names = (
+            "i", "f", "g", "o", "unclipped_cell", "cell", "tanh_cell", "unprojected", "unclipped_hidden", "hidden"
+        )
+        steps = {name: [] for name in names}
+        finished = []
+        position = 0
+        for active in batch_sizes:
+            if active < hidden.shape[0]:
+                finished.append((hidden[active:], cell[active:]))
+                hidden, cell = hidden[:active], cell[:active]
+            gates = gate_inputs[position : position + active] + nn.functional.linear(hidden, hidden_to_gates, bias)
+            input_gate, forget_gate, candidate, output_gate = gates.chunk(4, -1)
+            input_gate, forget_gate = torch.sigmoid(input_gate), torch.sigmoid(forget_gate)
+            candidate, output_gate = torch.tanh(candidate), torch.sigmoid(output_gate)
+            unclipped_cell = forget_gate * cell + input_gate * candidate
+            cell = unclipped_cell if cell_clip is None else unclipped_cell.clamp(-cell_clip, cell_clip)
+            tanh_cell = torch.tanh(cell)
+            unprojected = output_gate * tanh_cell
+            unclipped_hidden = nn.functional.linear(unprojected, projection)
+            hidden = (
+                unclipped_hidden
+                if projection_clip is None
+                else unclipped_hidden.clamp(-projection_clip, projection_clip)
+            )
+            values = (input_gate, forget_gate, candidate, output_gate, unclipped_cell, cell, tanh_cell, unprojected,
+                      unclipped_hidden, hidden)
+            for name, value in zip(names, values):
+                steps[name].append(value)
+            position += active
+        finished.append((hidden, cell))
+        # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
+        final_hidden, final_cell = (torch.cat(parts[::-1]) for parts in zip(*finished))
+        outputs = torch.cat(steps["hidden"])
+
+        # What the backward needs, for all positions at once (packed as the inputs): the factors of the chain rule
+        # d cell (before clipping) -> d pre-activations of i, f, g, packed `(num_positions, 3, lstm_dim)`;
+        # d unprojected -> d pre-activation of o, and -> d cell through tanh; the forget gate (d cell -> d previous
+        # cell); and where clipping changed a value (NaN included), whose gradient is zero, as autograd of `clamp`
+        # gives.
+        input_gate, forget_gate, candidate, output_gate, cells, tanh_cells, unprojected = (
+            torch.cat(steps[name]) for name in ("i", "f", "g", "o", "cell", "tanh_cell", "unprojected")
+        )
+        cell_factors = torch.stack(
+            [
+                candidate * input_gate * (1 - input_gate),
+                previous_rows(initial_cell, cells, batch_sizes) * forget_gate * (1 - forget_gate),
+                input_gate * (1 - candidate.square()),
+            ],
+            dim=1,
+        )
+        output_factor = tanh_cells * output_gate * (1 - output_gate)
+        cell_from_output = output_gate * (1 - tanh_cells.square())
+        clipped_cells = torch.cat(steps["unclipped_cell"]) != cells if cell_clip is not None else None
+        clipped_outputs = torch.cat(steps["unclipped_hidden"]) != outputs if projection_clip is not None else None
+        # All through save_for_backward (intermediates too), so that saved-tensor hooks see every one.
+        ctx.save_for_backward(
+            inputs, initial_hidden, input_to_gates, hidden_to_gates, projection, outputs, unprojected, cell_factors,
+            output_factor, cell_from_output, forget_gate, clipped_cells, clipped_outputs,
+        )
+        ctx.batch_sizes = batch_sizes
+        return outputs, final_hidden, final_cell
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx, grad_outputs: torch.Tensor, grad_final_hidden: torch.Tensor, grad_final_cell: torch.Tensor
+    ) -> tuple[torch.Tensor | None, ...]:
+        """The gradients of the inputs, initial state and weights (`None` where not needed)."""
+        (inputs, initial_hidden, input_to_gates, hidden_to_gates, projection, outputs, unprojected, cell_factors,
+         output_factor, cell_from_output, forget_gate, clipped_cells, clipped_outputs) = ctx.saved_tensors
+        batch_sizes = ctx.batch_sizes
+        num_positions, lstm_dim = forget_gate.shape
+
+        # The recurrence in reverse. grad_hidden / grad_cell hold, for every row, the gradient reaching its state
+        # after the step being processed: from the next step for rows still running, from the final state for rows
+        # that ended there; after step 0 they are the initial state's gradients.
+        grad_hidden = grad_final_hidden.clone(memory_format=torch.contiguous_format)
+        grad_cell = grad_final_cell.clone(memory_format=torch.contiguous_format)
+        # Becomes, step by step, the gradient of the projection's output before clipping.
+        grad_unclipped_outputs = grad_outputs.clone(memory_format=torch.contiguous_format)
+        grad_gates = inputs.new_empty(num_positions, 4 * lstm_dim)
+        for start, active in zip(step_positions(batch_sizes)[::-1], batch_sizes[::-1]):
+            rows = slice(start, start + active)
+            grad_output = grad_unclipped_outputs[rows]
+            grad_output += grad_hidden[:active]
+            if clipped_outputs is not None:
+                grad_output.masked_fill_(clipped_outputs[rows], 0)
+            grad_unprojected = torch.mm(grad_output, projection)
+            grad_step_cell = torch.addcmul(grad_cell[:active], grad_unprojected, cell_from_output[rows])
+            if clipped_cells is not None:
+                grad_step_cell.masked_fill_(clipped_cells[rows], 0)
+            step_gates = grad_gates[rows]
+            input_forget_candidate = step_gates[:, : 3 * lstm_dim].view(active, 3, lstm_dim)
+            torch.mul(grad_step_cell.unsqueeze(1), cell_factors[rows], out=input_forget_candidate)
+            torch.mul(grad_unprojected, output_factor[rows], out=step_gates[:, 3 * lstm_dim :])
+            torch.mul(grad_step_cell, forget_gate[rows], out=grad_cell[:active])
+            torch.mm(step_gates, hidden_to_gates, out=grad_hidden[:active])
+
+        # The weight and input gradients: one matrix product each over all steps.
+        needs = ctx.needs_input_grad
+        grad_inputs = grad_gates @ input_to_gates if needs[0] else None
+        grad_input_to_gates = grad_gates.t() @ inputs if needs[3] else None
+        grad_hidden_to_gates = None
+        if needs[4]:
+            grad_hidden_to_gates = grad_gates.t() @ previous_rows(initial_hidden, outputs, batch_sizes)
+        grad_bias = grad_gates.sum(0) if needs[5] else None
+        grad_projection = grad_unclipped_outputs.t() @ unprojected if needs[6] else None
+        return (
+            grad_inputs,
+            grad_hidden if needs[1] else None,
+            grad_cell if needs[2] else None,
+            grad_input_to_gates,
+            grad_hidden_to_gates,
+            grad_bias,
+            grad_projection,
+            None,
+            None,
+            None,
+        )
+
+
+def fused_lstm_with_projection(
+    cell: nn.Module, inputs: torch.Tensor, batch_sizes: list[int], initial_state: LstmState
+) -> tuple[torch.Tensor, LstmState]:
+    """`ElmoLstmCellWithProjection`'s forward (same arguments and results) as `LstmWithProjectionFunction`."""
+    outputs, final_hidden, final_cell = LstmWithProjectionFunction.apply(
+        inputs,
+        *initial_state,
+        cell.input_to_gates.weight,
+        cell.hidden_to_gates.weight,
+        cell.hidden_to_gates.bias,
+        cell.projection.weight,
+        batch_sizes,
+        cell.cell_clip,
+        cell.projection_clip,
+    )
+    return outputs, (final_hidden, final_cell)
+
+
+__all__ = ["TRAINING_KERNEL_DTYPES", "LstmWithProjectionFunction", "fused_lstm_with_projection"]

@@ -1,0 +1,223 @@
+"""The training kernel (`training_kernels.py`): the reference's forward bit for bit, its gradients those of autograd
+through the reference (`gradcheck` in float64, autograd's own in float32), clipping and variable lengths included;
+taken only where it computes the same thing."""
+
+import pytest
+import torch
+from conftest import tiny_config
+from torch import nn
+from torch.nn.utils import parametrize
+
+from elmo_hf import ElmoForPreTraining, modeling_elmo
+from elmo_hf.cli import run_subcommand
+from elmo_hf.data_elmo import DataCollatorForElmoPreTraining, ElmoWordVocabulary
+from elmo_hf.modeling_elmo import ElmoLstmCellWithProjection
+from elmo_hf.training_kernels import LstmWithProjectionFunction, fused_lstm_with_projection
+
+# Rows of lengths 6, 6, 4, 3, 3, 1 and one of length 0 (its state passes through untouched, as in the reference).
+BATCH_SIZES = [6, 6, 6, 5, 3, 2]
+BATCH_SIZE = 7
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny products: one thread avoids OpenMP spin-waiting on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def fused_calls(monkeypatch) -> list[int]:
+    """One entry per call of the training kernel by `modeling_elmo`."""
+    calls = []
+    kernel = modeling_elmo.fused_lstm_with_projection
+    monkeypatch.setattr(modeling_elmo, "fused_lstm_with_projection", lambda *args: calls.append(1) or kernel(*args))
+    return calls
+
+
+def random_cell(dtype: torch.dtype, cell_clip: float | None = 0.6, projection_clip: float | None = 0.4):
+    """A cell of odd sizes with weights large enough that both clips cut some values and leave others."""
+    torch.manual_seed(0)
+    cell = ElmoLstmCellWithProjection(
+        tiny_config(projection_dim=5, lstm_dim=7, cell_clip=cell_clip, projection_clip=projection_clip)
+    ).to(dtype)
+    for parameter in cell.parameters():
+        nn.init.normal_(parameter, std=0.7)
+    return cell
+
+
+def random_inputs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Packed inputs and an initial state, all requiring gradients."""
+    inputs = torch.randn(sum(BATCH_SIZES), 5, dtype=dtype, requires_grad=True)
+    hidden = (0.3 * torch.randn(BATCH_SIZE, 5, dtype=dtype)).requires_grad_()
+    cell = torch.randn(BATCH_SIZE, 7, dtype=dtype, requires_grad=True)
+    return inputs, hidden, cell
+
+
+def reference_run(cell: ElmoLstmCellWithProjection, inputs, hidden, memory):
+    """The reference forward under autograd (`elmo_implementation="eager"`)."""
+    cell.config.elmo_implementation = "eager"
+    try:
+        outputs, (final_hidden, final_cell) = cell(inputs, BATCH_SIZES, (hidden, memory))
+    finally:
+        cell.config.elmo_implementation = "auto"
+    return outputs, final_hidden, final_cell
+
+
+def test_clips_are_active_in_these_tests():
+    """Both clips cut some values and leave others, so their gradients' masks are exercised."""
+    cell = random_cell(torch.float64, cell_clip=None, projection_clip=None)
+    inputs, hidden, memory = random_inputs(torch.float64)
+    with torch.no_grad():
+        outputs, _, final_cell = reference_run(cell, inputs, hidden, memory)
+    for values, clip in ((outputs, 0.4), (final_cell, 0.6)):
+        clipped = values.abs() > clip
+        assert clipped.any() and not clipped.all()
+
+
+@pytest.mark.parametrize("clips", [(0.6, 0.4), (None, None), (0.6, None), (None, 0.4)])
+def test_gradcheck_in_float64_with_state_in_and_out(clips):
+    cell = random_cell(torch.float64, *clips)
+    weights = (
+        cell.input_to_gates.weight,
+        cell.hidden_to_gates.weight,
+        cell.hidden_to_gates.bias,
+        cell.projection.weight,
+    )
+
+    def function(inputs, hidden, memory, *weights):
+        return LstmWithProjectionFunction.apply(inputs, hidden, memory, *weights, BATCH_SIZES, *clips)
+
+    assert torch.autograd.gradcheck(function, (*random_inputs(torch.float64), *weights))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_forward_is_the_reference_bit_for_bit_and_gradients_are_autograds(dtype):
+    cell = random_cell(dtype)
+    inputs, hidden, memory = random_inputs(dtype)
+    expected = reference_run(cell, inputs, hidden, memory)
+    actual = fused_lstm_with_projection(cell, inputs, BATCH_SIZES, (hidden, memory))
+    actual = (actual[0], *actual[1])
+    for value, reference in zip(actual, expected, strict=True):
+        assert torch.equal(value, reference)
+    weights = [inputs, hidden, memory, *cell.parameters()]
+    upstream = [torch.randn_like(value) for value in expected]
+    gradients = torch.autograd.grad(actual, weights, upstream, retain_graph=True)
+    again = torch.autograd.grad(actual, weights, upstream)  # a retained graph gives the same gradients again
+    expected_gradients = torch.autograd.grad(expected, weights, upstream)
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-13}
+    for gradient, repeated, reference in zip(gradients, again, expected_gradients, strict=True):
+        torch.testing.assert_close(gradient, reference, **tolerance)
+        assert torch.equal(gradient, repeated)
+
+
+def test_a_pretraining_step_equals_the_reference_step(fused_calls):
+    """The whole model with dropout: the same loss bit for bit, every parameter's gradient autograd's."""
+    vocabulary = ElmoWordVocabulary(["</S>", "<S>", "<UNK>", *"abcdefg"])
+    batch = DataCollatorForElmoPreTraining(vocabulary)(
+        [{"words": list("abcab")}, {"words": list("gfe")}, {"words": ["d"]}, {"words": list("abcdefgab")}]
+    )
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(
+        tiny_config(word_vocab_size=len(vocabulary), pretraining_dropout=0.2, initializer_range=0.5)
+    ).train()
+    losses, gradients = [], []
+    for implementation in ("auto", "eager"):
+        model.config.elmo_implementation = implementation
+        model.zero_grad()
+        torch.manual_seed(1)
+        loss = model(**batch).loss
+        loss.backward()
+        losses.append(loss.detach())
+        gradients.append({name: parameter.grad.clone() for name, parameter in model.named_parameters()})
+    assert len(fused_calls) == 2 * 2  # both directions of both layers, in the "auto" run only
+    assert torch.equal(losses[0], losses[1])
+    for name, gradient in gradients[0].items():
+        torch.testing.assert_close(gradient, gradients[1][name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_dispatcher_takes_the_kernel_only_where_it_computes_the_same(fused_calls):
+    cell = random_cell(torch.float32)
+
+    def fused(cell=cell, dtype=torch.float32) -> bool:
+        fused_calls.clear()
+        inputs, hidden, memory = random_inputs(dtype)
+        cell(inputs, BATCH_SIZES, (hidden, memory))
+        return bool(fused_calls)
+
+    assert fused()
+    assert fused(random_cell(torch.float64), torch.float64)
+    with torch.no_grad():
+        assert not fused()  # nothing recorded: the inference kernels
+    assert not fused(random_cell(torch.bfloat16), torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not fused()  # the reference's products run in bfloat16
+        with torch.no_grad():  # nor do the inference kernels run under autocast
+            assert not modeling_elmo.use_cpu_kernels(cell, *random_inputs(torch.float32))
+    with torch.no_grad():
+        assert modeling_elmo.use_cpu_kernels(cell, *random_inputs(torch.float32))
+    cell.config.elmo_implementation = "eager"
+    assert not fused()
+    cell.config.elmo_implementation = "auto"
+    handle = cell.projection.register_forward_hook(lambda *args: None)
+    assert not fused()
+    handle.remove()
+    handle = nn.modules.module.register_module_full_backward_hook(lambda *args: None)
+    assert not fused()
+    handle.remove()
+
+    class Halve(nn.Module):
+        def forward(self, weight):
+            return weight / 2
+
+    parametrize.register_parametrization(cell.projection, "weight", Halve())
+    assert not fused()
+    parametrize.remove_parametrizations(cell.projection, "weight")
+    assert fused()
+
+
+def test_double_backward_is_refused_and_the_reference_supports_it():
+    cell = random_cell(torch.float64)
+    inputs, hidden, memory = random_inputs(torch.float64)
+    outputs, _ = cell(inputs, BATCH_SIZES, (hidden, memory))
+    (gradient,) = torch.autograd.grad(outputs.square().sum(), inputs, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        gradient.sum().backward()
+    outputs = reference_run(cell, inputs, hidden, memory)[0]
+    (gradient,) = torch.autograd.grad(outputs.square().sum(), inputs, create_graph=True)
+    gradient.sum().backward()
+
+
+def test_pretrain_command_trains_with_the_kernel(fused_calls, tmp_path):
+    """`elmo-hf pretrain` (Trainer, accelerate) leaves the cells stock, so its steps take the kernel."""
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("the cat sat on the mat\na dog barked\n" * 4, encoding="utf-8")
+    flags = ["--lstm-dim", "16", "--projection-dim", "8", "--filters", "1:4,2:8", "--num-highway-layers", "1"]
+    assert run_subcommand(
+        "pretrain",
+        ["--train", str(corpus), "--output", str(tmp_path / "out"), *flags, "--max-steps", "2", "--batch-size", "4",
+         "--no-progress"],
+    ) == 0
+    assert len(fused_calls) == 2 * 2 * 2  # 2 steps, 2 layers, 2 directions
+
+
+def test_saved_tensor_hooks_see_what_the_backward_keeps():
+    """Everything the backward keeps goes through `save_for_backward`, so offloading hooks (`save_on_cpu`,
+    checkpointing) see it all; the gradients are unchanged."""
+    cell = random_cell(torch.float64)
+    inputs, hidden, memory = random_inputs(torch.float64)
+    packed = []
+
+    def pack(tensor):
+        packed.append(tensor.shape)
+        return tensor.clone()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        outputs, _ = fused_lstm_with_projection(cell, inputs, BATCH_SIZES, (hidden, memory))
+    assert (sum(BATCH_SIZES), 3, 7) in packed and len(packed) == 13  # both clips: no None among them
+    hooked = torch.autograd.grad(outputs.sum(), [inputs, *cell.parameters()])
+    outputs, _ = fused_lstm_with_projection(cell, inputs, BATCH_SIZES, (hidden, memory))
+    for gradient, plain in zip(hooked, torch.autograd.grad(outputs.sum(), [inputs, *cell.parameters()]), strict=True):
+        assert torch.equal(gradient, plain)
