@@ -2,6 +2,7 @@
 fresh process, through the Elmo classes, the Auto classes and pipelines, and gives the recorded outputs."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,16 @@ def test_a_local_folder_of_the_same_name_wins(tmp_path, tiny_model, monkeypatch)
 def test_an_unknown_packaged_name_is_a_clear_error():
     with pytest.raises(ValueError, match=r"no model named 'elmo-xx' ships with elmo-hf; the packaged models are "):
         packaged_model_path("elmo-xx")
+
+
+def test_the_model_card_states_the_model_and_its_example_runs():
+    """The card (also model_cards/elmo-en-mini.md) gives the packaged model's parameter count and width, and its
+    Python example loads the model as written."""
+    card = (PACKAGED_MODELS_DIR / DEFAULT_MODEL / "README.md").read_text(encoding="utf-8")
+    model = ElmoModel.from_pretrained(DEFAULT_MODEL)
+    assert f"{sum(parameter.numel() for parameter in model.parameters()):,}" in card
+    assert f"3 vectors of {model.config.hidden_size} dimensions" in card
+    assert "elmo-hf perplexity --model" in card
+    namespace = {}
+    exec(re.search(r"```python\n(.*?)```", card, re.DOTALL).group(1), namespace)  # noqa: S102 (the card's example)
+    assert isinstance(namespace["model"], ElmoModel)
