@@ -68,7 +68,8 @@ def test_build_system_license_and_package_data():
     license_text = (ROOT / "LICENSE").read_text()
     assert "Apache License\n                           Version 2.0, January 2004" in license_text
     assert "END OF TERMS AND CONDITIONS" in license_text and "APPENDIX: How to apply" in license_text
-    assert PYPROJECT["tool"]["setuptools"]["package-data"] == {"elmo_hf.conversion": ["model_cards/*.md"]}
+    assert PYPROJECT["tool"]["setuptools"]["package-data"] == {
+        "elmo_hf": ["models/*/*"], "elmo_hf.conversion": ["model_cards/*.md"]}
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +102,8 @@ def test_wheel_contents(installed):
     for card in ("small", "medium", "original", "original-5.5B"):
         assert f"elmo_hf/conversion/model_cards/{card}.md" in names
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
+    for packaged in (ROOT / "elmo_hf" / "models").glob("*/*"):  # the shipped default model, weights included
+        assert packaged.relative_to(ROOT).as_posix() in names
     assert "elmo_hf/conversion/convert.py" in names and not any(name.startswith(("tests/", "conversion/"))
                                                               for name in names)
 
