@@ -49,7 +49,7 @@ from .data_elmo import (
     load_sentences,
 )
 from .modeling_elmo import ElmoForPreTraining, ElmoForPreTrainingOutput
-from .tokenization_elmo import ElmoTokenizer
+from .tokenization_elmo import ElmoTokenizer, resolve_model_name
 
 _PUBLISHED_CNN = {"filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]}
 # Architectures by name: the three published ones, and `ptb`, small enough to train on Penn Treebank in hours of CPU.
@@ -336,7 +336,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     model = parser.add_argument_group("model")
     model.add_argument("--architecture", choices=sorted(PRESETS), help="architecture preset (default ptb)")
-    model.add_argument("--from-pretrained", help="continue from this model folder (domain adaptation)")
+    model.add_argument(
+        "--from-pretrained", help="continue from this model folder or packaged model (domain adaptation)"
+    )
     model.add_argument("--new-softmax", action="store_true", help="with --from-pretrained: a new softmax")
     model.add_argument("--lstm-dim", type=int)
     model.add_argument("--projection-dim", type=int)
@@ -375,6 +377,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """`elmo-hf pretrain`: 0 on success, 2 for bad input."""
     args.architecture_given = args.architecture is not None
     args.architecture = args.architecture or "ptb"
+    args.from_pretrained = resolve_model_name(args.from_pretrained)  # a packaged model by its name, as every loader
     if args.streaming and args.max_steps <= 0:
         parser.error("--streaming reads the text as a stream of unknown length: give --max-steps.")
     try:

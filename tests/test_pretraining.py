@@ -244,6 +244,15 @@ def test_domain_adaptation_starts_from_a_converted_biLM(converted, ptb_slice, tm
     assert ElmoForPreTraining.from_pretrained(tmp_path / "again").softmax.out_features == 4
 
 
+def test_domain_adaptation_of_the_packaged_model_by_its_name(ptb_slice, tmp_path):
+    output = tmp_path / "adapted"
+    assert pretrain("--train", ptb_slice["train"], "--output", output, "--from-pretrained", "elmo-en-mini",
+                    "--max-steps", "1", "--learning-rate", "0", "--batch-size", "4") == 0
+    torch.testing.assert_close(
+        ElmoModel.from_pretrained(output).state_dict(), ElmoModel.from_pretrained("elmo-en-mini").state_dict()
+    )
+
+
 @pytest.mark.parametrize(
     "problem, message",
     [

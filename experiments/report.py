@@ -1,0 +1,119 @@
+"""Tables and plots of the experiment records (`python experiments/elmo_experiments.py report`).
+
+Prints markdown tables (mean and standard deviation over seeds) and writes three plots into the docs folder:
+`results_fractions.png` (test score against training fraction, with and without ELMo), `results_probe.png` (linear
+POS probe accuracy per biLM layer) and `results_layer_weights.png` (the learned softmax-normalised layer weights of
+each task's two mixes, with lambda = 0.001 and 1).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+METRIC = {"pos": "accuracy (%)", "ner": "entity F1 (%)"}
+TASK_NAME = {"pos": "Brown POS", "ner": "WNUT-16 NER"}
+
+
+def config_name(record: dict) -> str:
+    """How a tagger run is labelled in tables and plots."""
+    if record["elmo"] == "none":
+        return "baseline (no ELMo)"
+    model = Path(record["model"]).name
+    name = f"ELMo ({model})" if not model.startswith("adapted") else f"ELMo adapted to the task ({model})"
+    return name if record["l2"] == 0.001 else f"{name}, lambda={record['l2']:g}"
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def tagger_table(records: list[dict], task: str) -> tuple[str, dict[str, dict[float, list[float]]]]:
+    """A markdown table of test scores by configuration (rows) and training fraction (columns)."""
+    scores: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    seconds: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        if record.get("task") == task:
+            scores[config_name(record)][record["fraction"]].append(record["test"])
+            seconds[config_name(record)].append(record["seconds"])
+    fractions = sorted({fraction for by_fraction in scores.values() for fraction in by_fraction})
+    lines = [f"| {TASK_NAME[task]}, test {METRIC[task]} | "
+             + " | ".join(f"{fraction:.0%} of train" for fraction in fractions) + " | seconds per run |",
+             "|---|" + "---|" * (len(fractions) + 1)]
+    for name, by_fraction in scores.items():
+        cells = []
+        for fraction in fractions:
+            values = by_fraction.get(fraction, [])
+            cells.append(f"{mean_std(values)[0]:.2f} ± {mean_std(values)[1]:.2f} (n={len(values)})" if values else "")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {statistics.mean(seconds[name]):.0f} |")
+    return "\n".join(lines), scores
+
+
+def weights_table(records: list[dict], task: str) -> tuple[str, dict[tuple[float, str], list[float]]]:
+    """The mean learned layer weights (and gamma) of both mixes, full training data, lambda 0.001 and 1."""
+    collected: dict[tuple[float, str], list[list[float]]] = defaultdict(list)
+    for record in records:
+        if record.get("task") == task and record["elmo"] == "frozen" and record["fraction"] == 1.0 \
+                and not Path(record["model"]).name.startswith("adapted"):
+            for mix, weights in record["mix_weights"].items():
+                collected[(record["l2"], mix)].append(weights)
+    means = {key: [statistics.mean(column) for column in zip(*rows)] for key, rows in sorted(collected.items())}
+    lines = [f"| {TASK_NAME[task]} mix | lambda | layer 0 (tokens) | layer 1 | layer 2 | gamma |", "|---|---|---|---|---|---|"]
+    for (l2, mix), values in means.items():
+        lines.append(f"| {mix} | {l2:g} | " + " | ".join(f"{value:.3f}" for value in values) + " |")
+    return "\n".join(lines), means
+
+
+def probe_table(records: list[dict]) -> tuple[str, dict[int, float]]:
+    """Linear probe accuracy per layer."""
+    accuracy = {record["layer"]: record["test"] for record in records if record.get("probe") == "pos"}
+    names = {0: "token layer (character CNN)", 1: "first biLSTM layer", 2: "second biLSTM layer"}
+    lines = ["| layer | Brown POS test accuracy (%), linear probe |", "|---|---|"]
+    lines += [f"| {layer}: {names.get(layer, '')} | {accuracy[layer]:.2f} |" for layer in sorted(accuracy)]
+    return "\n".join(lines), accuracy
+
+
+def report(records: list[dict], docs: Path) -> None:
+    """Print the tables and write the plots into `docs`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    weight_figure, weight_axes = plt.subplots(1, 2, figsize=(11, 4))
+    for column, task in enumerate(("pos", "ner")):
+        table, scores = tagger_table(records, task)
+        print(table, end="\n\n")
+        for name, by_fraction in scores.items():
+            fractions = sorted(by_fraction)
+            stats = [mean_std(by_fraction[fraction]) for fraction in fractions]
+            axes[column].errorbar([100 * f for f in fractions], [m for m, _ in stats], yerr=[s for _, s in stats],
+                                  marker="o", capsize=3, label=name)
+        axes[column].set(xscale="log", xlabel="training data used (%)", ylabel=f"test {METRIC[task]}",
+                         title=TASK_NAME[task])
+        axes[column].legend(fontsize=7)
+        table, means = weights_table(records, task)
+        print(table, end="\n\n")
+        width = 0.8 / max(len(means), 1)
+        for index, ((l2, mix), values) in enumerate(means.items()):
+            positions = [layer + index * width for layer in range(len(values) - 1)]
+            weight_axes[column].bar(positions, values[:-1], width, label=f"{mix} mix, lambda={l2:g}")
+        weight_axes[column].set(xticks=[0.3, 1.3, 2.3], xticklabels=["layer 0", "layer 1", "layer 2"],
+                                ylabel="softmax-normalised weight", title=TASK_NAME[task])
+        weight_axes[column].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(docs / "results_fractions.png", dpi=110)
+    weight_figure.tight_layout()
+    weight_figure.savefig(docs / "results_layer_weights.png", dpi=110)
+    table, accuracy = probe_table(records)
+    print(table)
+    if accuracy:
+        probe_figure, probe_axis = plt.subplots(figsize=(5, 3.5))
+        layers = sorted(accuracy)
+        probe_axis.bar([f"layer {layer}" for layer in layers], [accuracy[layer] for layer in layers])
+        probe_axis.set(ylim=(min(accuracy.values()) - 5, 100), ylabel="test accuracy (%)",
+                       title="Brown POS, linear probe per biLM layer")
+        probe_figure.tight_layout()
+        probe_figure.savefig(docs / "results_probe.png", dpi=110)
