@@ -60,9 +60,10 @@ SUBSET_SEED = 1234  # the training subsets are the same for every run seed: seed
 
 def load_task(task: str, data: Path) -> dict[str, list[Sentence]]:
     """train / dev / test sentences of a task from the shared data folder."""
-    if task == "pos":
-        return read_brown(data / "brown")
-    return read_conll(data / "wnut16" / "train.conll")
+    path = data / "brown" if task == "pos" else data / "wnut16" / "train.conll"
+    if not path.exists():
+        raise SystemExit(f"error: {path} not found: --data must be the folder holding brown/ and wnut16/train.conll")
+    return read_brown(path) if task == "pos" else read_conll(path)
 
 
 def training_subset(sentences: list[Sentence], fraction: float) -> list[Sentence]:
@@ -345,7 +346,8 @@ def probe(args: argparse.Namespace) -> dict:
     optimizer = torch.optim.Adam(classifier.parameters(), lr=args.learning_rate)
     generator = torch.Generator().manual_seed(args.seed)
     started = time.perf_counter()
-    for _ in range(args.epochs or 3):
+    epochs = args.epochs or 3
+    for _ in range(epochs):
         for indices in torch.randperm(len(train[1]), generator=generator).split(1024):
             loss = nn.functional.cross_entropy(classifier(train[0][indices].float()), train[1][indices])
             optimizer.zero_grad()
@@ -354,7 +356,8 @@ def probe(args: argparse.Namespace) -> dict:
     with torch.no_grad():
         predicted = torch.cat([classifier(part.float()).argmax(-1) for part in test[0].split(8192)])
     command = f"{SCRIPT} probe --layer {args.layer} --model {shlex.quote(args.model)} --seed {args.seed}"
-    return {"probe": "pos", "model": args.model, "layer": args.layer, "seed": args.seed,
+    command += f" --epochs {args.epochs}" if args.epochs else ""
+    return {"probe": "pos", "model": args.model, "layer": args.layer, "seed": args.seed, "epochs": epochs,
             "test": round(100 * (predicted == test[1]).float().mean().item(), 2),
             "seconds": round(time.perf_counter() - started, 1), "cpu": cpu_name(), "command": command}
 

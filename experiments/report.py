@@ -66,12 +66,19 @@ def weights_table(records: list[dict], task: str) -> tuple[str, dict[tuple[float
 
 
 def probe_table(records: list[dict]) -> tuple[str, dict[int, float]]:
-    """Linear probe accuracy per layer."""
-    accuracy = {record["layer"]: record["test"] for record in records if record.get("probe") == "pos"}
+    """Linear probe accuracy per layer (a column per number of probe epochs); returns the longest-trained column."""
+    accuracy: dict[int, dict[int, float]] = defaultdict(dict)
+    for record in records:
+        if record.get("probe") == "pos":
+            accuracy[record.get("epochs", 3)][record["layer"]] = record["test"]
     names = {0: "token layer (character CNN)", 1: "first biLSTM layer", 2: "second biLSTM layer"}
-    lines = ["| layer | Brown POS test accuracy (%), linear probe |", "|---|---|"]
-    lines += [f"| {layer}: {names.get(layer, '')} | {accuracy[layer]:.2f} |" for layer in sorted(accuracy)]
-    return "\n".join(lines), accuracy
+    columns = sorted(accuracy)
+    lines = ["| layer | " + " | ".join(f"Brown POS test accuracy (%), linear probe, {epochs} epochs"
+                                        for epochs in columns) + " |", "|---|" + "---|" * len(columns)]
+    for layer in sorted({layer for by_layer in accuracy.values() for layer in by_layer}):
+        cells = [f"{accuracy[epochs][layer]:.2f}" if layer in accuracy[epochs] else "" for epochs in columns]
+        lines.append(f"| {layer}: {names.get(layer, '')} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), accuracy[columns[-1]] if columns else {}
 
 
 def report(records: list[dict], docs: Path) -> None:
@@ -84,6 +91,8 @@ def report(records: list[dict], docs: Path) -> None:
     figure, axes = plt.subplots(1, 2, figsize=(11, 4))
     weight_figure, weight_axes = plt.subplots(1, 2, figsize=(11, 4))
     for column, task in enumerate(("pos", "ner")):
+        if not any(record.get("task") == task for record in records):
+            continue
         table, scores = tagger_table(records, task)
         print(table, end="\n\n")
         for name, by_fraction in scores.items():

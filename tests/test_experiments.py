@@ -114,7 +114,7 @@ def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
     assert "| baseline (no ELMo) | 90.50 ± 0.71 (n=2) | 90.50 ± 0.71 (n=2) | 90.50 ± 0.71 (n=2) | 1 |" in printed
     assert "| ELMo (elmo-en-mini), lambda=1 | 12.50 ± 0.71 (n=2)" in printed
     assert "| input | 0.001 | 0.200 | 0.500 | 0.300 | 1.100 |" in printed
-    assert "| 1: first biLSTM layer | 81.00 |" in printed
+    assert "| 1: first biLSTM layer | 81.00 |" in printed  # records without "epochs" were made with 3
     for name in ("results_fractions.png", "results_layer_weights.png", "results_probe.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps(records)  # the records are plain JSON, as the results file holds them
