@@ -50,18 +50,23 @@ def tagger_table(records: list[dict], task: str) -> tuple[str, dict[str, dict[fl
     return "\n".join(lines), scores
 
 
-def weights_table(records: list[dict], task: str) -> tuple[str, dict[tuple[float, str], list[float]]]:
-    """The mean learned layer weights (and gamma) of both mixes, full training data, lambda 0.001 and 1."""
-    collected: dict[tuple[float, str], list[list[float]]] = defaultdict(list)
-    for record in records:
-        if record.get("task") == task and record["elmo"] == "frozen" and record["fraction"] == 1.0 \
-                and not Path(record["model"]).name.startswith("adapted"):
+def weights_table(records: list[dict], task: str) -> tuple[str, dict[tuple[float, float, str], list[float]]]:
+    """The mean learned layer weights (and gamma) of both mixes of the default model's runs: on the full training
+    data, and at every fraction where the L2 comparison (lambda other than 0.001) ran."""
+    runs = [record for record in records if record.get("task") == task and record["elmo"] == "frozen"
+            and not Path(record["model"]).name.startswith("adapted")]
+    fractions = {1.0} | {record["fraction"] for record in runs if record["l2"] != 0.001}
+    collected: dict[tuple[float, float, str], list[list[float]]] = defaultdict(list)
+    for record in runs:
+        if record["fraction"] in fractions:
             for mix, weights in record["mix_weights"].items():
-                collected[(record["l2"], mix)].append(weights)
+                collected[(record["fraction"], record["l2"], mix)].append(weights)
     means = {key: [statistics.mean(column) for column in zip(*rows)] for key, rows in sorted(collected.items())}
-    lines = [f"| {TASK_NAME[task]} mix | lambda | layer 0 (tokens) | layer 1 | layer 2 | gamma |", "|---|---|---|---|---|---|"]
-    for (l2, mix), values in means.items():
-        lines.append(f"| {mix} | {l2:g} | " + " | ".join(f"{value:.3f}" for value in values) + " |")
+    lines = [f"| {TASK_NAME[task]} mix | training data | lambda | runs | layer 0 (tokens) | layer 1 | layer 2 | gamma |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (fraction, l2, mix), values in means.items():
+        lines.append(f"| {mix} | {fraction:.0%} | {l2:g} | {len(collected[(fraction, l2, mix)])} | "
+                     + " | ".join(f"{value:.3f}" for value in values) + " |")
     return "\n".join(lines), means
 
 
@@ -106,9 +111,10 @@ def report(records: list[dict], docs: Path) -> None:
         table, means = weights_table(records, task)
         print(table, end="\n\n")
         width = 0.8 / max(len(means), 1)
-        for index, ((l2, mix), values) in enumerate(means.items()):
+        for index, ((fraction, l2, mix), values) in enumerate(means.items()):
             positions = [layer + index * width for layer in range(len(values) - 1)]
-            weight_axes[column].bar(positions, values[:-1], width, label=f"{mix} mix, lambda={l2:g}")
+            weight_axes[column].bar(positions, values[:-1], width,
+                                    label=f"{mix} mix, {fraction:.0%} of train, lambda={l2:g}")
         weight_axes[column].set(xticks=[0.3, 1.3, 2.3], xticklabels=["layer 0", "layer 1", "layer 2"],
                                 ylabel="softmax-normalised weight", title=TASK_NAME[task])
         weight_axes[column].legend(fontsize=7)

@@ -80,9 +80,10 @@ def test_grid_lists_every_run_once_in_order_and_skips_recorded_ones(tmp_path, mo
     runs = experiments.grid_runs(["ner", "pos"], {"ner": "runs/adapted-ner"})
     keys = [tuple(sorted(run.items())) for run in runs]
     assert len(keys) == len(set(keys))
-    # per task: 3 fractions x 3 seeds x (baseline, ELMo) + adapted (ner only) 9 + lambda=1 on all data 3
+    # per task: 3 fractions x 3 seeds x (baseline, ELMo) + adapted (ner only) 9 + lambda=1 (3 seeds ner, 1 pos)
     assert sum(run["task"] == "ner" for run in runs) == 18 + 9 + 3
-    assert sum(run["task"] == "pos" for run in runs) == 18 + 3
+    assert sum(run["task"] == "pos" for run in runs) == 18 + 1
+    assert {(run["task"], run["fraction"]) for run in runs if run.get("l2") == 1.0} == {("ner", 1.0), ("pos", 0.1)}
     assert runs[0] == dict(task="ner", elmo="none", fraction=1.0, seed=0)
     made = []
     monkeypatch.setattr(experiments, "train_tagger", lambda args: made.append(experiments.run_config(args)) or {
@@ -113,7 +114,8 @@ def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| baseline (no ELMo) | 90.50 ± 0.71 (n=2) | 90.50 ± 0.71 (n=2) | 90.50 ± 0.71 (n=2) | 1 |" in printed
     assert "| ELMo (elmo-en-mini), lambda=1 | 12.50 ± 0.71 (n=2)" in printed
-    assert "| input | 0.001 | 0.200 | 0.500 | 0.300 | 1.100 |" in printed
+    assert "| input | 100% | 0.001 | 2 | 0.200 | 0.500 | 0.300 | 1.100 |" in printed
+    assert "| output | 1% | 1 | 2 | 0.300 | 0.300 | 0.400 | 0.900 |" in printed
     assert "| 1: first biLSTM layer | 81.00 |" in printed  # records without "epochs" were made with 3
     for name in ("results_fractions.png", "results_layer_weights.png", "results_probe.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
