@@ -403,18 +403,20 @@ def grid_runs(tasks: list[str], adapted: dict[str, str]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the shared data folder")
-    parser.add_argument("--cache", type=Path, default=ROOT / "runs" / "experiments" / "cache",
+    common = argparse.ArgumentParser(add_help=False)  # options every subcommand takes, after its name
+    common.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the shared data folder")
+    common.add_argument("--cache", type=Path, default=ROOT / "runs" / "experiments" / "cache",
                         help="where the frozen biLM's layers are cached")
-    parser.add_argument("--results", type=Path, default=ROOT / "experiments" / "results.jsonl")
-    parser.add_argument("--threads", type=int, default=1)
+    common.add_argument("--results", type=Path, default=ROOT / "experiments" / "results.jsonl")
+    common.add_argument("--threads", type=int, default=1)
     commands = parser.add_subparsers(dest="command", required=True)
-    corpus = commands.add_parser("corpus", help="the default model's pretraining corpus")
+    corpus = commands.add_parser("corpus", parents=[common], help="the default model's pretraining corpus")
     corpus.add_argument("--output", type=Path, required=True)
-    tagger = commands.add_parser("tagger", help="train and test one tagger")
-    for command in (tagger, commands.add_parser("probe", help="a linear POS probe on one biLM layer"),
-                    commands.add_parser("adapt", help="continue pretraining the biLM on a task's text"),
-                    commands.add_parser("grid", help="every tagger and probe run not yet in --results")):
+    tagger = commands.add_parser("tagger", parents=[common], help="train and test one tagger")
+    for command in (tagger,
+                    commands.add_parser("probe", parents=[common], help="a linear POS probe on one biLM layer"),
+                    commands.add_parser("adapt", parents=[common], help="continue pretraining the biLM on task text"),
+                    commands.add_parser("grid", parents=[common], help="every tagger and probe run not in --results")):
         command.add_argument("--model", default=DEFAULT_MODEL, help="the biLM: a packaged name or a folder")
         command.add_argument("--seed", type=int, default=0)
         command.add_argument("--epochs", type=int, help="training epochs (default: by task and fraction)")
@@ -432,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                                           help="models adapted by `adapt`, e.g. ner=runs/experiments/adapted-ner")
     commands.choices["grid"].add_argument("--tasks", nargs="+", choices=["ner", "pos"], default=["ner", "pos"])
     commands.choices["grid"].add_argument("--probe-layers", type=int, default=3, help="probe layers 0 .. N-1")
-    commands.add_parser("report", help="tables and plots of --results")
+    commands.add_parser("report", parents=[common], help="tables and plots of --results")
     args = parser.parse_args(argv)
 
     if args.command == "corpus":

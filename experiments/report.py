@@ -62,8 +62,8 @@ def weights_table(records: list[dict], task: str) -> tuple[str, dict[tuple[float
             for mix, weights in record["mix_weights"].items():
                 collected[(record["fraction"], record["l2"], mix)].append(weights)
     means = {key: [statistics.mean(column) for column in zip(*rows)] for key, rows in sorted(collected.items())}
-    lines = [f"| {TASK_NAME[task]} mix | training data | lambda | runs | layer 0 (tokens) | layer 1 | layer 2 | gamma |",
-             "|---|---|---|---|---|---|---|---|"]
+    header = "| training data | lambda | runs | layer 0 (tokens) | layer 1 | layer 2 | gamma |"
+    lines = [f"| {TASK_NAME[task]} mix {header}", "|---|---|---|---|---|---|---|---|"]
     for (fraction, l2, mix), values in means.items():
         lines.append(f"| {mix} | {fraction:.0%} | {l2:g} | {len(collected[(fraction, l2, mix)])} | "
                      + " | ".join(f"{value:.3f}" for value in values) + " |")

@@ -43,7 +43,7 @@ def ner_run(tmp_path_factory) -> tuple[Path, list[str]]:
     folder = tmp_path_factory.mktemp("experiments")
     options = ["--data", str(DATA), "--cache", str(folder / "cache"), "--results", str(folder / "results.jsonl")]
     arguments = ["tagger", "--task", "ner", "--fraction", "0.01", "--epochs", "2", "--seed", "3"]
-    assert experiments.main(options + arguments) == 0
+    assert experiments.main(arguments + options) == 0
     return folder, options
 
 
@@ -57,7 +57,7 @@ def test_a_tagger_run_is_recorded_and_its_command_repeats_it_exactly(ner_run):
         assert len(weights) == 4 and abs(sum(weights[:3]) - 1) < 1e-3  # 3 layer weights and gamma
     command = shlex.split(record["command"])
     assert command[:2] == ["python", "experiments/elmo_experiments.py"]
-    assert experiments.main(options + command[2:]) == 0
+    assert experiments.main(command[2:] + options) == 0
     first, again = experiments.read_records(folder / "results.jsonl")
     assert {**again, "seconds": None} == {**first, "seconds": None}
 
@@ -92,9 +92,9 @@ def test_grid_lists_every_run_once_in_order_and_skips_recorded_ones(tmp_path, mo
     results = tmp_path / "results.jsonl"
     experiments.append_record(results, experiments.run_config(experiments.argparse.Namespace(**{
         **runs[1], "model": DEFAULT_MODEL, "l2": 0.001})))
-    assert experiments.main(["--results", str(results), "grid", "--probe-layers", "0"]) == 0
+    assert experiments.main(["grid", "--probe-layers", "0", "--results", str(results)]) == 0
     assert [run["elmo"] for run in made] == ["none", "none", "frozen"] and len(made) == 3
-    assert experiments.main(["--results", str(results), "grid", "--probe-layers", "0"]) == 0
+    assert experiments.main(["grid", "--probe-layers", "0", "--results", str(results)]) == 0
     assert len(made) == 3  # everything recorded: nothing runs again
 
 
