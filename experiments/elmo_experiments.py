@@ -69,6 +69,11 @@ def load_task(task: str, data: Path) -> dict[str, list[Sentence]]:
     return read_brown(path) if task == "pos" else read_conll(path)
 
 
+def tag_list(splits: dict[str, list[Sentence]]) -> list[str]:
+    """Every tag of the task, sorted: the classifier's output order."""
+    return sorted({tag for sentences in splits.values() for _, sentence_tags in sentences for tag in sentence_tags})
+
+
 def training_subset(sentences: list[Sentence], fraction: float) -> list[Sentence]:
     """A fixed random `fraction` of the training sentences (at least one)."""
     order = random.Random(SUBSET_SEED).sample(range(len(sentences)), len(sentences))
@@ -259,7 +264,7 @@ def train_tagger(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     splits = load_task(args.task, args.data)
     train = training_subset(splits["train"], args.fraction)
-    tags = sorted({tag for sentences in splits.values() for _, sentence_tags in sentences for tag in sentence_tags})
+    tags = tag_list(splits)
     tag_index = {tag: index for index, tag in enumerate(tags)}
     vocabulary = sorted({word for words, _ in train for word in words})
     word_index = {word: index for index, word in enumerate(vocabulary, start=2)}  # 0 padding, 1 unknown
@@ -336,7 +341,7 @@ def probe(args: argparse.Namespace) -> dict:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     splits = load_task("pos", args.data)
-    tags = sorted({tag for sentences in splits.values() for _, sentence_tags in sentences for tag in sentence_tags})
+    tags = tag_list(splits)
     tag_index = {tag: index for index, tag in enumerate(tags)}
 
     def vectors(split: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -451,9 +456,10 @@ def main(argv: list[str] | None = None) -> int:
         adapt(args)
     elif args.command == "grid":
         adapted = dict(item.split("=", 1) for item in args.adapted)
+        records = read_records(args.results)
         done = [{key: record.get(key) for key in ("task", "elmo", "model", "fraction", "seed", "l2")}
-                for record in read_records(args.results)]
-        done_probes = {(r["model"], r["layer"]) for r in read_records(args.results) if "probe" in r}
+                for record in records]
+        done_probes = {(record["model"], record["layer"]) for record in records if "probe" in record}
         for layer in range(args.probe_layers):
             if (args.model, layer) not in done_probes:
                 append_record(args.results, probe(argparse.Namespace(**{**vars(args), "layer": layer})))
