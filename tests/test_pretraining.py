@@ -285,13 +285,13 @@ def test_torchrun_two_processes_equal_one_process_with_the_same_global_batch(ptb
     with socket.socket() as free:  # a port no other run on this machine is using
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    subprocess.run(
+    for command in (
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", probe, tmp_path,
          *flags, "--output", tmp_path / "two", "--batch-size", "4"],
-        check=True, env=environment, capture_output=True, timeout=600,
-    )
-    subprocess.run([sys.executable, probe, tmp_path, *flags, "--output", tmp_path / "one", "--batch-size", "8"],
-                   check=True, env=environment, capture_output=True, timeout=600)
+        [sys.executable, probe, tmp_path, *flags, "--output", tmp_path / "one", "--batch-size", "8"],
+    ):
+        completed = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
+        assert completed.returncode == 0, completed.stderr[-3000:]  # torchrun's own report names the failing rank
     rank0, rank1, single = (torch.load(tmp_path / f"rank{name}.pt") for name in ("0", "1", "single"))
     torch.testing.assert_close(rank0, rank1, rtol=0, atol=0)
     torch.testing.assert_close(rank0, single, rtol=1e-5, atol=1e-6)
