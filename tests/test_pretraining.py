@@ -5,7 +5,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -282,11 +281,8 @@ def test_torchrun_two_processes_equal_one_process_with_the_same_global_batch(ptb
              "--dropout", "0", "--no-progress", "--learning-rate", "1e-2"]
     probe = str(ROOT / "tests" / "pretrain_probe.py")
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with socket.socket() as free:  # a port no other run on this machine is using
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    for command in (
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", probe, tmp_path,
+    for command in (  # --standalone: torchrun binds a free port itself (no window for another run to take it)
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", probe, tmp_path,
          *flags, "--output", tmp_path / "two", "--batch-size", "4"],
         [sys.executable, probe, tmp_path, *flags, "--output", tmp_path / "one", "--batch-size", "8"],
     ):
