@@ -83,7 +83,12 @@ def training_subset(sentences: list[Sentence], fraction: float) -> list[Sentence
 def model_folder(model: str) -> Path:
     """A model name shipped with elmo-hf, or a folder."""
     path = Path(model)
-    return path if path.is_dir() else Path(packaged_model_path(model))
+    if path.is_dir():
+        return path
+    try:
+        return Path(packaged_model_path(model))
+    except ValueError as error:
+        raise SystemExit(f"error: --model {model} is neither a model folder nor a packaged model: {error}") from None
 
 
 def model_digest(model: str) -> str:
@@ -249,13 +254,13 @@ def run_config(args: argparse.Namespace) -> dict:
 
 def tagger_command(args: argparse.Namespace) -> str:
     """The command line that repeats this run."""
-    parts = [SCRIPT, "tagger", "--task", args.task, "--elmo", args.elmo, "--fraction", str(args.fraction),
+    parts = ["tagger", "--task", args.task, "--elmo", args.elmo, "--fraction", str(args.fraction),
              "--seed", str(args.seed)]
     if args.epochs:
         parts += ["--epochs", str(args.epochs)]
     if args.elmo != "none":
         parts += ["--model", args.model, "--l2", str(args.l2)]
-    return " ".join([SCRIPT] + [shlex.quote(part) for part in parts[1:]])
+    return " ".join([SCRIPT, *map(shlex.quote, parts)])
 
 
 def train_tagger(args: argparse.Namespace) -> dict:
@@ -263,7 +268,8 @@ def train_tagger(args: argparse.Namespace) -> dict:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     splits = load_task(args.task, args.data)
-    train = training_subset(splits["train"], args.fraction)
+    keep = training_subset(list(range(len(splits["train"]))), args.fraction)
+    train = [splits["train"][index] for index in keep]
     tags = tag_list(splits)
     tag_index = {tag: index for index, tag in enumerate(tags)}
     vocabulary = sorted({word for words, _ in train for word in words})
@@ -275,7 +281,6 @@ def train_tagger(args: argparse.Namespace) -> dict:
         if use_elmo:
             layers = bilm_layers(args.model, args.task, split, splits[split], args.cache, args.threads)
             if split == "train":
-                keep = training_subset(list(range(len(splits["train"]))), args.fraction)
                 layers = subset_layers(layers, keep)
         data[split] = Encoded(sentences, word_index, tag_index, layers)
     elmo_shape = tuple(data["train"].layers[0].shape[1:]) if use_elmo else None

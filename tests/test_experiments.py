@@ -120,3 +120,8 @@ def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
     for name in ("results_fractions.png", "results_layer_weights.png", "results_probe.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps(records)  # the records are plain JSON, as the results file holds them
+
+
+def test_a_model_that_is_neither_a_folder_nor_packaged_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="--model nowhere is neither a model folder nor a packaged model"):
+        experiments.main(["tagger", "--task", "ner", "--model", "nowhere", "--cache", str(tmp_path)])
