@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_inference import ARCHITECTURES
 
 from elmo_hf import ElmoConfig, ElmoModel, cpu_kernels
-from elmo_hf.cpu_kernels import CpuLinear, ReorderTimings
+from elmo_hf.cpu_kernels import RecurrentLinear, ReorderTimings
 
 
 def main() -> int:
@@ -72,8 +72,8 @@ def main() -> int:
             torch._dynamo.reset()
             # Reordered weights where the timings say they pay over a 100-step call of `rows` rows, as the model does.
             products = (
-                CpuLinear(cell.hidden_to_gates.weight, row_counts=[rows] * 100),
-                CpuLinear(cell.projection.weight, row_counts=[rows] * 100),
+                RecurrentLinear(cell.hidden_to_gates, row_counts=[rows] * 100),
+                RecurrentLinear(cell.projection, row_counts=[rows] * 100),
             )
             bias = cell.hidden_to_gates.bias
             variants = {

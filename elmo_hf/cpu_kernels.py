@@ -18,20 +18,22 @@ differ (CPU, no autograd recording, float32 or bfloat16, the stock module types 
 these functions instead, which read the same weights and:
 - run every matrix product through oneDNN, the library `torch.compile` uses for CPU linear layers, with the bias (and
   the addend of the recurrence) fused into the product; for the few-row products of the recurrence, on a copy of the
-  weight reordered into oneDNN's blocked layout where timing on the CPU at hand says it pays (`ReorderTimings`);
+  weight reordered into oneDNN's blocked layout where timing on the CPU at hand says it pays (`RecurrentLinear`);
 - compute the character convolutions as matrix products over all windows of a chunk of words;
 - compute the input-to-gate products of blocks of time steps at once, bias included, so that only the recurrence is
   sequential.
 
-Reordered weights are built inside one call of `lstm_with_projection` and dropped when it returns, so they always
-hold the weights of that call: no cache can go stale (`.data` edits, fused optimizers, `load_state_dict`, tensor
-swapping do not bump a version counter reliably). They are built only where the timings say the reordering costs
-less than it saves over the call's steps. Memory: at most one cell's recurrent weights at a time (hidden-to-gate
-and projection: 40 MiB for the original architecture, 2.5 MiB for small).
+Reordered weights are kept across calls (`ReorderedWeights`: explicit `build` and `clear`, memory documented there),
+each beside a snapshot of the weight it was made from, and used only after the weight is found byte for byte equal
+to the snapshot: no cache can go stale, whatever changed the weight (`.data` edits, fused optimizers,
+`load_state_dict`, tensor swapping do not bump a version counter reliably), and the comparison costs a fraction of a
+reordering (2-3 ms against 15-70 ms for the original architecture's 32 MiB hidden-to-gate weight on a 2-vCPU EPYC).
 """
 
 import math
 import time
+import weakref
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -98,39 +100,54 @@ def kernels_apply(
 
 
 def row_bucket(rows: int) -> int:
-    """Products are timed per bucket of row counts: 2, 4, 8, ... 256 (the next power of two, at most 256)."""
+    """Products are timed per bucket of row counts: 1, 2, 4, 8, ... 256 (the next power of two, at most 256)."""
     return min(1 << (rows - 1).bit_length(), GATE_INPUT_BLOCK_ROWS)
 
 
-class ReorderTimings:
-    """Whether reordering a weight into oneDNN's blocked layout pays, measured on the CPU at hand.
+# The kernels of a recurrent product: oneDNN on the plain weight, on the reordered weight, and (for single rows) on
+# the reordered weight without repeating the row.
+PLAIN, REORDERED, REORDERED_SINGLE_ROW = "plain", "reordered", "reordered single row"
 
-    oneDNN reorders a plain weight internally at every product; from a copy reordered once, products of a few rows
-    can be much faster (1.2-2.5x on recurrent weights), but the copy costs time to make (about 25-110 ms for the
-    original architecture's 32 MiB hidden-to-gate weight, most of it mapping fresh memory). Per weight shape,
-    dtype, thread count, row bucket and fused addend, the first product of a kind times oneDNN on the plain and on
-    the reordered weight (a few milliseconds) and checks that they give identical bits; the timings are kept for the
-    process. Results do not depend on them: a reordered weight is used only where its products are bitwise identical
-    to the plain one's (as they are from 2 rows up; single rows take another oneDNN kernel on the plain weight, so
-    they always use it), so the model stays deterministic across processes whatever the timings say.
+
+class ReorderTimings:
+    """Which kernel computes a recurrent product fastest, measured on the CPU at hand, among kernels giving the same
+    bits.
+
+    oneDNN reorders a plain weight internally at every product; from a copy reordered once (`ReorderedWeights`),
+    products of a few rows are faster (1.2-4x on recurrent weights here), but the copy costs time to make (20-70 ms
+    for the original architecture's 32 MiB hidden-to-gate weight, most of it mapping fresh memory) and, at every
+    later call, a comparison of the weight with the snapshot it was made from (2-3 ms).
+
+    The result of a recurrent product is always oneDNN's product of two or more rows on the plain weight: a single row
+    is computed as two copies of itself, since oneDNN's own single-row kernel gives other bits. The candidates that
+    give exactly these bits (with and without a fused addend) are checked and timed on the first product of a kind
+    (per weight shape, dtype, thread count and row bucket; a few milliseconds) and kept for the process. Timings only
+    choose among identical results, so the model stays deterministic across calls and processes whatever they say.
     """
 
-    # {(out_features, in_features, dtype, threads, bucket): (plain seconds, reordered seconds), or None when the two
-    # differ in any bit}
-    products: dict[tuple, tuple[float, float] | None] = {}
-    # {(out_features, in_features, dtype, threads): seconds to reorder the weight}
+    # {(out_features, in_features, dtype, threads, bucket): {kernel: seconds}, for the kernels giving the plain
+    # weight's bits}
+    products: dict[tuple, dict[str, float]] = {}
+    # {(out_features, in_features, dtype, threads): seconds to reorder the weight, or to compare it with a snapshot}
     reorders: dict[tuple, float] = {}
+    comparisons: dict[tuple, float] = {}
     # {(out_features, in_features, dtype): [calls with a reordered copy, calls without]}
     decisions: dict[tuple, list[int]] = {}
 
     @classmethod
-    def product(cls, weight: torch.Tensor, rows: int) -> tuple[float, float] | None:
-        """Plain and reordered seconds for a product of `rows` >= 2 rows, measured now if it is new; `None` where
-        the reordered weight would change the result (with or without a fused addend)."""
+    def product(cls, weight: torch.Tensor, rows: int) -> dict[str, float]:
+        """Seconds per product of `rows` rows of each kernel that gives the plain weight's bits, measured now if new."""
         key = (*weight.shape, weight.dtype, torch.get_num_threads(), row_bucket(rows))
         if key not in cls.products:
             cls.products[key] = cls._measure(weight, row_bucket(rows))
         return cls.products[key]
+
+    @classmethod
+    def saving(cls, weight: torch.Tensor, rows: int) -> float:
+        """Seconds a reordered copy saves on one product of `rows` rows (0 where no reordered kernel is identical)."""
+        timings = cls.product(weight, rows)
+        reordered = [seconds for kernel, seconds in timings.items() if kernel != PLAIN]
+        return max(0.0, timings[PLAIN] - min(reordered)) if reordered else 0.0
 
     @classmethod
     def reorder_seconds(cls, weight: torch.Tensor) -> float:
@@ -142,30 +159,39 @@ class ReorderTimings:
             cls.reorders[key] = time.perf_counter() - start
         return cls.reorders[key]
 
+    @classmethod
+    def comparison_seconds(cls, weight: torch.Tensor) -> float:
+        key = (*weight.shape, weight.dtype, torch.get_num_threads())
+        if key not in cls.comparisons:
+            snapshot = weight.detach().clone()
+            cls.comparisons[key] = min(_seconds(lambda: same_bytes(weight, snapshot)) for _ in range(3))
+        return cls.comparisons[key]
+
     @staticmethod
-    def _measure(weight: torch.Tensor, rows: int) -> tuple[float, float] | None:
+    def _measure(weight: torch.Tensor, rows: int) -> dict[str, float]:
         generator = torch.Generator().manual_seed(0)
         inputs = torch.randn(rows, weight.shape[1], generator=generator).to(weight.dtype)
         add = torch.randn(rows, weight.shape[0], generator=generator).to(weight.dtype)
         reordered = reorder_weight(weight)
-        candidates = [lambda layout=layout: onednn_linear(inputs, layout, None, add) for layout in (weight, reordered)]
-        if not all(
-            torch.equal(onednn_linear(inputs, weight, None, addend), onednn_linear(inputs, reordered, None, addend))
-            for addend in (None, add)
-        ):
-            return None
-        start = time.perf_counter()
-        candidates[0]()
+        candidates = {
+            PLAIN: lambda addend=add: recurrent_product(inputs, weight, addend),
+            REORDERED: lambda addend=add: recurrent_product(inputs, reordered, addend),
+        }
+        if rows == 1:
+            candidates[REORDERED_SINGLE_ROW] = lambda addend=add: onednn_linear(inputs, reordered, None, addend)
+        expected = [candidates[PLAIN](addend) for addend in (None, add)]
+        candidates = {
+            kernel: run
+            for kernel, run in candidates.items()
+            if all(torch.equal(run(addend), result) for addend, result in zip((None, add), expected))
+        }
         # Repeat small products so that each timing covers about a millisecond.
-        repeats = max(1, min(50, math.ceil(1e-3 / max(time.perf_counter() - start, 1e-7))))
-        seconds = [math.inf, math.inf]
+        repeats = max(1, min(50, math.ceil(1e-3 / max(_seconds(candidates[PLAIN]), 1e-7))))
+        seconds = dict.fromkeys(candidates, math.inf)
         for _ in range(3):  # interleaved rounds, the best of each: robust to a busy machine
-            for index, run in enumerate(candidates):
-                start = time.perf_counter()
-                for _ in range(repeats):
-                    run()
-                seconds[index] = min(seconds[index], (time.perf_counter() - start) / repeats)
-        return seconds[0], seconds[1]
+            for kernel, run in candidates.items():
+                seconds[kernel] = min(seconds[kernel], _seconds(run, repeats))
+        return seconds
 
     @classmethod
     def summary(cls) -> list[str]:
@@ -174,21 +200,93 @@ class ReorderTimings:
         for (out, inp, dtype, threads), seconds in sorted(cls.reorders.items(), key=str):
             reordered, plain = cls.decisions.get((out, inp, dtype), [0, 0])
             products = [
-                f"rows <= {bucket}: "
-                + (
-                    "results differ, plain only"
-                    if timing is None
-                    else f"plain {timing[0] * 1e6:.0f} us, reordered {timing[1] * 1e6:.0f} us"
-                )
-                for (o, i, d, t, bucket), timing in sorted(cls.products.items(), key=str)
+                f"rows <= {bucket}: " + ", ".join(f"{kernel} {timing * 1e6:.0f} us" for kernel, timing in timings.items())
+                for (o, i, d, t, bucket), timings in sorted(cls.products.items(), key=lambda item: item[0][-1])
                 if (o, i, d, t) == (out, inp, dtype, threads)
             ]
+            comparison = cls.comparisons.get((out, inp, dtype, threads), math.nan)
             lines.append(
                 f"{out}x{inp} {str(dtype).removeprefix('torch.')}, {threads} threads: reordering takes "
-                f"{seconds * 1e3:.1f} ms; reordered in {reordered} of {reordered + plain} calls; "
-                + "; ".join(sorted(products, key=lambda line: int(line.split()[2].rstrip(":"))))
+                f"{seconds * 1e3:.1f} ms, checking a kept copy {comparison * 1e3:.1f} ms; reordered copy used in "
+                f"{reordered} of {reordered + plain} calls; " + "; ".join(products)
             )
         return lines
+
+
+def _seconds(run: Callable[[], object], repeats: int = 1) -> float:
+    """Seconds per call of `run`, over `repeats` calls."""
+    start = time.perf_counter()
+    for _ in range(repeats):
+        run()
+    return (time.perf_counter() - start) / repeats
+
+
+def same_bytes(tensor: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether two tensors hold exactly the same bytes in the same shape and dtype (NaNs and signed zeros
+    included, which `torch.equal` on values would not tell apart)."""
+    if tensor.shape != other.shape or tensor.dtype != other.dtype:
+        return False
+    tensor, other = (t.detach().contiguous().view(-1).view(torch.uint8) for t in (tensor, other))
+    if tensor.numel() % 8 == 0:  # compared as 64-bit words: the same bytes, read twice as fast
+        tensor, other = tensor.view(torch.int64), other.view(torch.int64)
+    return torch.equal(tensor, other)
+
+
+class ReorderedWeights:
+    """Recurrent weights reordered into oneDNN's blocked layout, kept across calls, each beside a snapshot of the
+    weight it was made from.
+
+    A kept copy is used only after the weight's bytes are found equal to its snapshot (`same_bytes`, at every cell's
+    call that uses it), so it never serves stale values, whatever changed the weight: optimizer steps (fused ones included),
+    `.data` edits, `load_state_dict`, `.to()`, swapped tensors. Copies are keyed by the `nn.Linear` holding the
+    weight, weakly, so they go with their model; they are made on first use where `CpuLinear` finds they pay, or
+    ahead of use by `build`, and freed by `clear`. Memory: twice the weights kept (snapshot and copy), which for the
+    hidden-to-gate and projection weights of all four cells is 320 MiB for the original architecture and 20 MiB for
+    small, in float32 (`memory_bytes`).
+    """
+
+    _kept: "weakref.WeakKeyDictionary[nn.Module, tuple[torch.Tensor, torch.Tensor]]" = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def get(cls, linear: nn.Module) -> torch.Tensor:
+        """`linear.weight` in oneDNN's layout: the kept copy if the weight still equals its snapshot, else a new copy
+        (kept in its place)."""
+        kept = cls._kept.get(linear)
+        if kept is None or not same_bytes(linear.weight, kept[0]):
+            kept = (linear.weight.detach().clone(), reorder_weight(linear.weight))
+            cls._kept[linear] = kept
+        return kept[1]
+
+    @classmethod
+    def build(cls, model: nn.Module) -> None:
+        """Reorder the recurrent weights of every LSTM cell of `model` now (the hidden-to-gate and projection
+        weights), so that the first call does not pay for it."""
+        with torch.no_grad():
+            for linear in recurrent_linears(model):
+                cls.get(linear)
+
+    @classmethod
+    def clear(cls, model: nn.Module | None = None) -> None:
+        """Free the kept copies of `model`'s weights (of every model when `None`)."""
+        for linear in list(cls._kept) if model is None else recurrent_linears(model):
+            cls._kept.pop(linear, None)
+
+    @classmethod
+    def memory_bytes(cls, model: nn.Module | None = None) -> int:
+        """Bytes held by the kept copies and their snapshots, of `model`'s weights (of every model when `None`)."""
+        linears = list(cls._kept) if model is None else [linear for linear in recurrent_linears(model) if linear in cls._kept]
+        return sum(2 * cls._kept[linear][0].nbytes for linear in linears)
+
+
+def recurrent_linears(model: nn.Module) -> list[nn.Module]:
+    """The layers whose weights the recurrence multiplies at every step: each LSTM cell's `hidden_to_gates` and
+    `projection`."""
+    return [
+        getattr(module, name)
+        for module in model.modules()
+        if hasattr(module, "hidden_to_gates") and hasattr(module, "projection")
+        for name in ("hidden_to_gates", "projection")
+    ]
 
 
 def reorder_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -207,32 +305,51 @@ def onednn_linear(
     return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], "")
 
 
+def recurrent_product(inputs: torch.Tensor, weight: torch.Tensor, add: torch.Tensor | None) -> torch.Tensor:
+    """`inputs @ weight.T + add` as oneDNN computes it for two rows or more: a single row is computed as two copies
+    of itself (oneDNN's single-row kernel gives other bits), so every kernel choice gives the same result."""
+    if inputs.shape[0] != 1:
+        return onednn_linear(inputs, weight, None, add)
+    return onednn_linear(inputs.expand(2, -1), weight, None, None if add is None else add.expand(2, -1))[:1]
+
+
 class CpuLinear:
-    """The products of one weight within one call, by oneDNN: `(rows, in_features)` -> `(rows, out_features)`.
+    """The products of one weight within one call, by oneDNN: `(rows, in_features)` -> `(rows, out_features)`."""
 
-    With `row_counts` (the rows of every product this call will make: a recurrence's `batch_sizes`), the weight is
-    also reordered into oneDNN's layout, for this call only, when `ReorderTimings` says that saves more time than the
-    reordering costs; the copy is dropped with this object.
-    """
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, row_counts: list[int] | None = None):
-        self.weight, self.bias, self.reordered = weight, bias, None
-        if row_counts:
-            saved = 0.0
-            for rows in row_counts:
-                timing = ReorderTimings.product(weight, rows) if rows > 1 else None
-                saved += 0.0 if timing is None else max(0.0, timing[0] - timing[1])
-            if saved > ReorderTimings.reorder_seconds(weight):
-                self.reordered = reorder_weight(weight)
-            ReorderTimings.decisions.setdefault((*weight.shape, weight.dtype), [0, 0])[self.reordered is None] += 1
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        self.weight, self.bias = weight, bias
 
     def __call__(self, inputs: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
-        weight = self.weight
-        if self.reordered is not None and inputs.shape[0] > 1:
-            timing = ReorderTimings.product(self.weight, inputs.shape[0])
-            if timing is not None and timing[1] < timing[0]:
-                weight = self.reordered
-        return onednn_linear(inputs, weight, self.bias, add)
+        return onednn_linear(inputs, self.weight, self.bias, add)
+
+
+class RecurrentLinear:
+    """The products of a recurrent layer's weight (no bias) over one call of `lstm_with_projection`, whose steps
+    make products of `row_counts` rows: `(rows, in_features)` -> `(rows, out_features)`, plus the step's addend.
+
+    Takes the reordered copy of `ReorderedWeights` when the timings say the steps of this call save more than
+    checking the copy costs (a copy made now pays off over the calls that follow), and for each row count the fastest
+    kernel of those giving the same bits (`ReorderTimings`), chosen once per call.
+    """
+
+    def __init__(self, linear: nn.Module, row_counts: list[int]):
+        weight, reordered = linear.weight, None
+        saved = sum(ReorderTimings.saving(weight, rows) for rows in row_counts)
+        if saved > ReorderTimings.comparison_seconds(weight):
+            ReorderTimings.reorder_seconds(weight)  # for the summary
+            reordered = ReorderedWeights.get(linear)
+        ReorderTimings.decisions.setdefault((*weight.shape, weight.dtype), [0, 0])[reordered is None] += 1
+        self.kernels: dict[int, tuple[str, torch.Tensor]] = {}
+        for rows in set(row_counts):
+            timings = ReorderTimings.product(weight, rows) if reordered is not None else {PLAIN: 0.0}
+            kernel = min(timings, key=timings.get)
+            self.kernels[rows] = (kernel, weight if kernel == PLAIN else reordered)
+
+    def __call__(self, inputs: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+        kernel, weight = self.kernels[inputs.shape[0]]
+        if kernel == REORDERED_SINGLE_ROW:
+            return onednn_linear(inputs, weight, None, add)
+        return recurrent_product(inputs, weight, add)
 
 
 def encode_words(encoder: nn.Module, word_ids: torch.Tensor) -> torch.Tensor:
@@ -275,11 +392,11 @@ def lstm_with_projection(
     length-sorted batch.
 
     The input-to-gate products of blocks of steps (about `GATE_INPUT_BLOCK_ROWS` rows) are one product each, with the
-    gate bias added there; the recurrent products use weights reordered for this call where that pays (`CpuLinear`).
+    gate bias added there; the recurrent products use reordered weights where that pays (`RecurrentLinear`).
     """
     input_to_gates = CpuLinear(cell.input_to_gates.weight, cell.hidden_to_gates.bias)
-    hidden_to_gates = CpuLinear(cell.hidden_to_gates.weight, row_counts=batch_sizes)
-    projection = CpuLinear(cell.projection.weight, row_counts=batch_sizes)
+    hidden_to_gates = RecurrentLinear(cell.hidden_to_gates, batch_sizes)
+    projection = RecurrentLinear(cell.projection, batch_sizes)
     hidden, memory = initial_state
     outputs = inputs.new_empty(inputs.shape[0], cell.projection.weight.shape[0])
     finished_hidden, finished_memory = [], []
@@ -309,7 +426,7 @@ def lstm_with_projection(
 
 
 def lstm_step(
-    gate_inputs: torch.Tensor, state: LstmState, hidden_to_gates: CpuLinear, projection: CpuLinear, cell: nn.Module
+    gate_inputs: torch.Tensor, state: LstmState, hidden_to_gates: RecurrentLinear, projection: RecurrentLinear, cell: nn.Module
 ) -> LstmState:
     """`ElmoLstmCellWithProjection.step`: `(rows, 4 * lstm_dim)` input-to-gate products (bias included) and the state
     `(h, c)`, `(rows, projection_dim)` and `(rows, lstm_dim)` -> the new state; the products are the cell's."""
@@ -344,4 +461,12 @@ def lstm_cell_update(
     return cell, output_gate * torch.tanh(cell)
 
 
-__all__ = ["CpuLinear", "ReorderTimings", "encode_words", "kernels_apply", "lstm_with_projection"]
+__all__ = [
+    "CpuLinear",
+    "RecurrentLinear",
+    "ReorderTimings",
+    "ReorderedWeights",
+    "encode_words",
+    "kernels_apply",
+    "lstm_with_projection",
+]

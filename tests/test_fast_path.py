@@ -1,6 +1,8 @@
 """The CPU kernels (`cpu_kernels.py`): equal to the reference modules, taken only where they compute the same thing,
 never serving stale weights, bounded on long inputs."""
 
+import gc
+
 import pytest
 import torch
 from conftest import MIXED_SENTENCES as SENTENCES
@@ -8,7 +10,7 @@ from conftest import encode, tiny_config
 from torch import nn
 
 from elmo_hf import ElmoConfig, ElmoModel, cpu_kernels, modeling_elmo
-from elmo_hf.cpu_kernels import CpuLinear, ReorderTimings
+from elmo_hf.cpu_kernels import PLAIN, REORDERED, CpuLinear, RecurrentLinear, ReorderedWeights, ReorderTimings
 
 
 def eager_copy(model: ElmoModel) -> ElmoModel:
@@ -206,7 +208,8 @@ def test_other_dtypes_run_close_to_float32(tiny_model, tokenizer, dtype):
 @pytest.mark.parametrize("with_add", [False, True])
 def test_every_product_agrees_with_linear(rows, with_add):
     torch.manual_seed(0)
-    weight, bias = torch.randn(24, 10), torch.randn(24)
+    linear = nn.Linear(10, 24)
+    weight, bias = linear.weight.detach(), linear.bias.detach()
     inputs, add = torch.randn(rows, 10), torch.randn(rows, 24) if with_add else None
     expected = nn.functional.linear(inputs, weight, bias) + (add if with_add else 0)
     with torch.inference_mode():
@@ -216,31 +219,72 @@ def test_every_product_agrees_with_linear(rows, with_add):
             CpuLinear(weight, bias)(inputs, add),
         ):
             torch.testing.assert_close(product, expected, atol=1e-5, rtol=1e-5)
-        recurrent = CpuLinear(weight, row_counts=[rows] * 10_000)
+        recurrent = RecurrentLinear(linear, row_counts=[rows] * 10_000)
         torch.testing.assert_close(recurrent(inputs, add), expected - bias, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(64, 8), (4 * 1024, 128), (128, 1024)])
-def test_reordered_weights_give_identical_bits_from_two_rows(shape):
-    """Why reordering may be decided by timing without costing determinism across processes: on the CPU at hand,
-    oneDNN's products from 2 rows up are bitwise identical on the plain and on the reordered weight (`ReorderTimings`
-    checks this per shape and row bucket and never reorders where it fails)."""
+@pytest.mark.parametrize("shape", [(64, 8), (4 * 1024, 128), (128, 1024), (512, 4096)])
+def test_every_recurrent_kernel_gives_the_same_bits(shape):
+    """Why kernels may be chosen by timing without costing determinism across processes: every kernel
+    `ReorderTimings` may pick for a recurrent product gives bitwise the result of oneDNN's product of two rows or
+    more on the plain weight, a single row included (computed as two copies of itself)."""
     torch.manual_seed(0)
     weight = torch.randn(*shape)
+    reordered = cpu_kernels.reorder_weight(weight)
     with torch.inference_mode():
-        for rows in (2, 3, 8, 64):
-            assert ReorderTimings.product(weight, rows) is not None
+        for rows in (1, 2, 3, 8, 64):
+            kernels = ReorderTimings.product(weight, rows)
+            assert PLAIN in kernels and (rows == 1 or REORDERED in kernels)
             inputs, add = torch.randn(rows, shape[1]), torch.randn(rows, shape[0])
-            plain = cpu_kernels.onednn_linear(inputs, weight, None, add)
-            assert torch.equal(plain, cpu_kernels.onednn_linear(inputs, cpu_kernels.reorder_weight(weight), None, add))
+            expected = cpu_kernels.onednn_linear(inputs.repeat(2, 1), weight, None, add.repeat(2, 1))[:rows]
+            assert torch.equal(cpu_kernels.recurrent_product(inputs, weight, add), expected)
+            assert torch.equal(cpu_kernels.recurrent_product(inputs, reordered, add), expected)
+            if cpu_kernels.REORDERED_SINGLE_ROW in kernels:
+                assert torch.equal(cpu_kernels.onednn_linear(inputs, reordered, None, add), expected)
 
 
-def test_reordering_happens_only_where_it_pays(monkeypatch):
-    weight = torch.randn(64, 32)
+def test_reordered_copies_are_used_only_where_they_pay(monkeypatch):
+    linear = nn.Linear(32, 64, bias=False)
+    key = (64, 32, torch.float32, torch.get_num_threads())
     with torch.inference_mode():
-        monkeypatch.setitem(ReorderTimings.products, (64, 32, torch.float32, torch.get_num_threads(), 4), (2.0, 1.0))
-        monkeypatch.setitem(ReorderTimings.reorders, (64, 32, torch.float32, torch.get_num_threads()), 10.0)
-        assert CpuLinear(weight, row_counts=[4] * 9 + [1] * 100).reordered is None  # saves 9 s, costs 10 s
-        assert CpuLinear(weight, row_counts=[4] * 11).reordered is not None
-        assert CpuLinear(weight).reordered is None
+        monkeypatch.setitem(ReorderTimings.products, (*key, 4), {PLAIN: 2.0, REORDERED: 1.0})
+        monkeypatch.setitem(ReorderTimings.products, (*key, 1), {PLAIN: 1.0})
+        monkeypatch.setitem(ReorderTimings.comparisons, key, 10.0)
+        not_paying = RecurrentLinear(linear, row_counts=[4] * 9 + [1] * 100)  # saves 9 s, checking costs 10 s
+        assert {rows: kernel for rows, (kernel, _) in not_paying.kernels.items()} == {4: PLAIN, 1: PLAIN}
+        paying = RecurrentLinear(linear, row_counts=[4] * 11 + [1])
+        assert {rows: kernel for rows, (kernel, _) in paying.kernels.items()} == {4: REORDERED, 1: PLAIN}
+        assert paying.kernels[4][1] is ReorderedWeights.get(linear)
     assert any(line.startswith("64x32 float32") for line in ReorderTimings.summary())
+    ReorderedWeights.clear()
+
+
+def test_reordered_copies_are_kept_checked_and_freed():
+    """A kept copy is reused while the weight's bytes are unchanged, replaced when they change by any route (here
+    `.data`, which bumps no version counter), made ahead by `build`, freed by `clear` and with its model."""
+    model = ElmoModel(tiny_config()).eval()
+    cell = model.bilm.layers[0].forward_cell
+    recurrent_weights = [layer.weight for cell in all_cells(model) for layer in (cell.hidden_to_gates, cell.projection)]
+    weights = 2 * sum(weight.nbytes for weight in recurrent_weights)
+    ReorderedWeights.build(model)
+    assert ReorderedWeights.memory_bytes(model) == weights
+    first = ReorderedWeights.get(cell.hidden_to_gates)
+    assert ReorderedWeights.get(cell.hidden_to_gates) is first
+    cell.hidden_to_gates.weight.data[0, 0] += 1
+    second = ReorderedWeights.get(cell.hidden_to_gates)
+    assert second is not first
+    inputs = torch.randn(2, cell.hidden_to_gates.in_features)
+    torch.testing.assert_close(
+        cpu_kernels.onednn_linear(inputs, second, None, None), inputs @ cell.hidden_to_gates.weight.detach().T
+    )
+    ReorderedWeights.clear(model)
+    assert ReorderedWeights.memory_bytes(model) == 0
+    ReorderedWeights.build(model)
+    kept = len(ReorderedWeights._kept)
+    del model, cell
+    gc.collect()
+    assert len(ReorderedWeights._kept) == kept - len(recurrent_weights)
+
+
+def all_cells(model: ElmoModel) -> list[nn.Module]:
+    return [cell for layer in model.bilm.layers for cell in (layer.forward_cell, layer.backward_cell)]

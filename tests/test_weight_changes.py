@@ -9,11 +9,24 @@ import torch
 from conftest import MIXED_SENTENCES, encode, tiny_config
 
 from elmo_hf import ElmoForTokenClassification, ElmoModel
+from elmo_hf.cpu_kernels import ReorderedWeights, ReorderTimings
 
 
 @pytest.fixture
 def inputs(tokenizer):
     return encode(tokenizer, MIXED_SENTENCES)
+
+
+@pytest.fixture(autouse=True)
+def kept_copies(monkeypatch):
+    """Every cell's call takes the kept reordered copies of its weights (whatever the timings say), so each test
+    checks that a kept copy never goes stale."""
+    monkeypatch.setattr(ReorderTimings, "saving", classmethod(lambda cls, weight, rows: 1.0))
+    calls = []
+    get = ReorderedWeights.get
+    monkeypatch.setattr(ReorderedWeights, "get", classmethod(lambda cls, linear: calls.append(linear) or get(linear)))
+    yield
+    assert calls
 
 
 def infer(model: torch.nn.Module, inputs) -> torch.Tensor:
