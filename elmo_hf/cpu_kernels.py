@@ -136,7 +136,7 @@ class ReorderTimings:
 
     @classmethod
     def product(cls, weight: torch.Tensor, rows: int) -> dict[str, float]:
-        """Seconds per product of `rows` rows of each kernel that gives the plain weight's bits, measured now if new."""
+        """Seconds per product of `rows` rows of each kernel giving the plain weight's bits, measured now if new."""
         key = (*weight.shape, weight.dtype, torch.get_num_threads(), row_bucket(rows))
         if key not in cls.products:
             cls.products[key] = cls._measure(weight, row_bucket(rows))
@@ -200,7 +200,8 @@ class ReorderTimings:
         for (out, inp, dtype, threads), seconds in sorted(cls.reorders.items(), key=str):
             reordered, plain = cls.decisions.get((out, inp, dtype), [0, 0])
             products = [
-                f"rows <= {bucket}: " + ", ".join(f"{kernel} {timing * 1e6:.0f} us" for kernel, timing in timings.items())
+                f"rows <= {bucket}: "
+                + ", ".join(f"{kernel} {timing * 1e6:.0f} us" for kernel, timing in timings.items())
                 for (o, i, d, t, bucket), timings in sorted(cls.products.items(), key=lambda item: item[0][-1])
                 if (o, i, d, t) == (out, inp, dtype, threads)
             ]
@@ -237,12 +238,12 @@ class ReorderedWeights:
     weight it was made from.
 
     A kept copy is used only after the weight's bytes are found equal to its snapshot (`same_bytes`, at every cell's
-    call that uses it), so it never serves stale values, whatever changed the weight: optimizer steps (fused ones included),
-    `.data` edits, `load_state_dict`, `.to()`, swapped tensors. Copies are keyed by the `nn.Linear` holding the
-    weight, weakly, so they go with their model; they are made on first use where `CpuLinear` finds they pay, or
-    ahead of use by `build`, and freed by `clear`. Memory: twice the weights kept (snapshot and copy), which for the
-    hidden-to-gate and projection weights of all four cells is 320 MiB for the original architecture and 20 MiB for
-    small, in float32 (`memory_bytes`).
+    call that uses it), so it never serves stale values, whatever changed the weight: optimizer steps (fused ones
+    included), `.data` edits, `load_state_dict`, `.to()`, swapped tensors. Copies are keyed by the `nn.Linear` holding
+    the weight, weakly, so they go with their model; they are made on first use where `RecurrentLinear` finds they
+    pay, or ahead of use by `build`, and freed by `clear`. Memory: twice the weights kept (snapshot and copy), which
+    for the hidden-to-gate and projection weights of all four cells is 320 MiB for the original architecture and 20
+    MiB for small, in float32 (`memory_bytes`).
     """
 
     _kept: "weakref.WeakKeyDictionary[nn.Module, tuple[torch.Tensor, torch.Tensor]]" = weakref.WeakKeyDictionary()
@@ -273,8 +274,10 @@ class ReorderedWeights:
 
     @classmethod
     def memory_bytes(cls, model: nn.Module | None = None) -> int:
-        """Bytes held by the kept copies and their snapshots, of `model`'s weights (of every model when `None`)."""
-        linears = list(cls._kept) if model is None else [linear for linear in recurrent_linears(model) if linear in cls._kept]
+        """Bytes held by the kept copies and their snapshots (a copy counted as large as its weight), of `model`'s
+        weights (of every model when `None`)."""
+        linears = recurrent_linears(model) if model is not None else list(cls._kept)
+        linears = [linear for linear in linears if linear in cls._kept]
         return sum(2 * cls._kept[linear][0].nbytes for linear in linears)
 
 
@@ -426,7 +429,11 @@ def lstm_with_projection(
 
 
 def lstm_step(
-    gate_inputs: torch.Tensor, state: LstmState, hidden_to_gates: RecurrentLinear, projection: RecurrentLinear, cell: nn.Module
+    gate_inputs: torch.Tensor,
+    state: LstmState,
+    hidden_to_gates: RecurrentLinear,
+    projection: RecurrentLinear,
+    cell: nn.Module,
 ) -> LstmState:
     """`ElmoLstmCellWithProjection.step`: `(rows, 4 * lstm_dim)` input-to-gate products (bias included) and the state
     `(h, c)`, `(rows, projection_dim)` and `(rows, lstm_dim)` -> the new state; the products are the cell's."""

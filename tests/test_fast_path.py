@@ -264,7 +264,7 @@ def test_reordered_copies_are_kept_checked_and_freed():
     `.data`, which bumps no version counter), made ahead by `build`, freed by `clear` and with its model."""
     model = ElmoModel(tiny_config()).eval()
     cell = model.bilm.layers[0].forward_cell
-    recurrent_weights = [layer.weight for cell in all_cells(model) for layer in (cell.hidden_to_gates, cell.projection)]
+    recurrent_weights = [linear.weight for linear in cpu_kernels.recurrent_linears(model)]
     weights = 2 * sum(weight.nbytes for weight in recurrent_weights)
     ReorderedWeights.build(model)
     assert ReorderedWeights.memory_bytes(model) == weights
@@ -285,6 +285,3 @@ def test_reordered_copies_are_kept_checked_and_freed():
     gc.collect()
     assert len(ReorderedWeights._kept) == kept - len(recurrent_weights)
 
-
-def all_cells(model: ElmoModel) -> list[nn.Module]:
-    return [cell for layer in model.bilm.layers for cell in (layer.forward_cell, layer.backward_cell)]
