@@ -33,6 +33,7 @@ reordering (2-3 ms against 15-70 ms for the original architecture's 32 MiB hidde
 import math
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable
 
 import torch
@@ -128,9 +129,10 @@ class ReorderTimings:
     # {(out_features, in_features, dtype, threads, bucket): {kernel: seconds}, for the kernels giving the plain
     # weight's bits}
     products: dict[tuple, dict[str, float]] = {}
-    # {(out_features, in_features, dtype, threads): seconds to reorder the weight, or to compare it with a snapshot}
-    reorders: dict[tuple, float] = {}
+    # {(out_features, in_features, dtype, threads): seconds to compare the weight with a snapshot; seconds the last
+    # reordering of a kept copy took (timed as it is made, for the summary)}
     comparisons: dict[tuple, float] = {}
+    reorders: dict[tuple, float] = {}
     # {(out_features, in_features, dtype): [calls with a reordered copy, calls without]}
     decisions: dict[tuple, list[int]] = {}
 
@@ -148,16 +150,6 @@ class ReorderTimings:
         timings = cls.product(weight, rows)
         reordered = [seconds for kernel, seconds in timings.items() if kernel != PLAIN]
         return max(0.0, timings[PLAIN] - min(reordered)) if reordered else 0.0
-
-    @classmethod
-    def reorder_seconds(cls, weight: torch.Tensor) -> float:
-        key = (*weight.shape, weight.dtype, torch.get_num_threads())
-        if key not in cls.reorders:
-            reorder_weight(weight)  # the first reordering of a shape also pays for one-time setup
-            start = time.perf_counter()
-            reorder_weight(weight)
-            cls.reorders[key] = time.perf_counter() - start
-        return cls.reorders[key]
 
     @classmethod
     def comparison_seconds(cls, weight: torch.Tensor) -> float:
@@ -183,7 +175,8 @@ class ReorderTimings:
         candidates = {
             kernel: run
             for kernel, run in candidates.items()
-            if all(torch.equal(run(addend), result) for addend, result in zip((None, add), expected))
+            if kernel == PLAIN
+            or all(torch.equal(run(addend), result) for addend, result in zip((None, add), expected))
         }
         # Repeat small products so that each timing covers about a millisecond.
         repeats = max(1, min(50, math.ceil(1e-3 / max(_seconds(candidates[PLAIN]), 1e-7))))
@@ -197,7 +190,7 @@ class ReorderTimings:
     def summary(cls) -> list[str]:
         """What was measured and decided, one line per weight shape, for benchmark reports."""
         lines = []
-        for (out, inp, dtype, threads), seconds in sorted(cls.reorders.items(), key=str):
+        for (out, inp, dtype, threads), comparison in sorted(cls.comparisons.items(), key=str):
             reordered, plain = cls.decisions.get((out, inp, dtype), [0, 0])
             products = [
                 f"rows <= {bucket}: "
@@ -205,10 +198,10 @@ class ReorderTimings:
                 for (o, i, d, t, bucket), timings in sorted(cls.products.items(), key=lambda item: item[0][-1])
                 if (o, i, d, t) == (out, inp, dtype, threads)
             ]
-            comparison = cls.comparisons.get((out, inp, dtype, threads), math.nan)
+            reordering = cls.reorders.get((out, inp, dtype, threads), math.nan)
             lines.append(
-                f"{out}x{inp} {str(dtype).removeprefix('torch.')}, {threads} threads: reordering takes "
-                f"{seconds * 1e3:.1f} ms, checking a kept copy {comparison * 1e3:.1f} ms; reordered copy used in "
+                f"{out}x{inp} {str(dtype).removeprefix('torch.')}, {threads} threads: reordering took "
+                f"{reordering * 1e3:.1f} ms, checking a kept copy {comparison * 1e3:.1f} ms; reordered copy used in "
                 f"{reordered} of {reordered + plain} calls; " + "; ".join(products)
             )
         return lines
@@ -254,7 +247,11 @@ class ReorderedWeights:
         (kept in its place)."""
         kept = cls._kept.get(linear)
         if kept is None or not same_bytes(linear.weight, kept[0]):
+            start = time.perf_counter()
             kept = (linear.weight.detach().clone(), reorder_weight(linear.weight))
+            ReorderTimings.reorders[(*linear.weight.shape, linear.weight.dtype, torch.get_num_threads())] = (
+                time.perf_counter() - start
+            )
             cls._kept[linear] = kept
         return kept[1]
 
@@ -337,16 +334,17 @@ class RecurrentLinear:
 
     def __init__(self, linear: nn.Module, row_counts: list[int]):
         weight, reordered = linear.weight, None
-        saved = sum(ReorderTimings.saving(weight, rows) for rows in row_counts)
+        products = Counter(row_counts)
+        saved = sum(count * ReorderTimings.saving(weight, rows) for rows, count in products.items())
         if saved > ReorderTimings.comparison_seconds(weight):
-            ReorderTimings.reorder_seconds(weight)  # for the summary
             reordered = ReorderedWeights.get(linear)
         ReorderTimings.decisions.setdefault((*weight.shape, weight.dtype), [0, 0])[reordered is None] += 1
-        self.kernels: dict[int, tuple[str, torch.Tensor]] = {}
-        for rows in set(row_counts):
-            timings = ReorderTimings.product(weight, rows) if reordered is not None else {PLAIN: 0.0}
-            kernel = min(timings, key=timings.get)
-            self.kernels[rows] = (kernel, weight if kernel == PLAIN else reordered)
+        self.kernels: dict[int, tuple[str, torch.Tensor]] = dict.fromkeys(products, (PLAIN, weight))
+        if reordered is not None:
+            for rows in products:
+                timings = ReorderTimings.product(weight, rows)
+                kernel = min(timings, key=timings.get)
+                self.kernels[rows] = (kernel, weight if kernel == PLAIN else reordered)
 
     def __call__(self, inputs: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
         kernel, weight = self.kernels[inputs.shape[0]]
