@@ -297,6 +297,7 @@ def pretrain(args: argparse.Namespace) -> tuple[ElmoPreTrainer, dict[str, float]
         disable_tqdm=args.no_progress,
         dataloader_num_workers=0,
         ddp_backend="gloo" if world_size > 1 and not torch.cuda.is_available() else None,
+        ddp_find_unused_parameters=False,  # every parameter takes part in the loss (tested)
         accelerator_config={"dispatch_batches": False},
         use_cpu=not torch.cuda.is_available(),
     )

@@ -157,6 +157,17 @@ def test_sampled_softmax_trains_and_evaluation_stays_fully_normalised():
     assert not math.isclose(sampled.loss.item(), full(**batch).loss.item(), rel_tol=1e-3)
 
 
+@pytest.mark.parametrize("softmax_type", ["full", "sampled"])
+def test_every_parameter_takes_part_in_the_loss(softmax_type):
+    """`elmo-hf pretrain` tells DDP that no parameter goes unused (no search of the graph at every step): every
+    parameter of the pretraining model gets a gradient from one step's loss."""
+    vocabulary = vocabulary_of(*"abcdefghij")
+    batch = DataCollatorForElmoPreTraining(vocabulary)([{"words": list("abcab")}, {"words": list("jih")}])
+    model = tiny_pretraining_model(len(vocabulary), softmax_type=softmax_type, softmax_num_samples=4).train()
+    model(**batch).loss.backward()
+    assert [name for name, parameter in model.named_parameters() if parameter.grad is None] == []
+
+
 def test_vocabulary_counts_cutoffs_and_round_trip(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("b a b\n\n  c b a\nd\n", encoding="utf-8")
