@@ -168,6 +168,17 @@ def test_every_parameter_takes_part_in_the_loss(softmax_type):
     assert [name for name, parameter in model.named_parameters() if parameter.grad is None] == []
 
 
+def test_a_continued_run_is_plotted_with_its_epochs_counted_on(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    from plot_pretraining import continued
+
+    first = [{"loss": 6.0, "epoch": 0.5, "step": 10}, {"eval_loss": 5.5, "epoch": 1.0, "step": 20}]
+    second = [{"loss": 5.0, "epoch": 0.25, "step": 5}, {"loss": 4.0, "epoch": 2.0, "step": 40}]
+    entries, starts = continued([first, second])
+    assert [entry["epoch"] for entry in entries] == [0.5, 1.0, 1.25, 3.0] and starts == [1.0]
+    assert [entry["step"] for entry in entries] == [10, 20, 5, 40]
+
+
 def test_vocabulary_counts_cutoffs_and_round_trip(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("b a b\n\n  c b a\nd\n", encoding="utf-8")
@@ -211,6 +222,10 @@ def test_pretrain_lowers_the_loss_on_real_text_and_saves_a_loadable_folder(ptb_s
     subprocess.run([sys.executable, str(ROOT / "examples" / "plot_pretraining.py"), str(output)], check=True,
                    capture_output=True, timeout=300)
     assert (output / "training_curves.png").stat().st_size > 0
+    continued = tmp_path / "continued.png"  # the run drawn as continued by itself
+    subprocess.run([sys.executable, str(ROOT / "examples" / "plot_pretraining.py"), str(output), str(output),
+                    "--png", str(continued)], check=True, capture_output=True, timeout=300)
+    assert continued.stat().st_size > 0
     model = AutoModelForPreTraining.from_pretrained(output)
     assert isinstance(model, ElmoForPreTraining)
     assert model.config.word_vocab_size == len(ElmoWordVocabulary.load(output))
