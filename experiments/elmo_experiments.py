@@ -247,9 +247,11 @@ def evaluate(model: Tagger, data: Encoded, tags: list[str], task: str) -> float:
 
 
 def run_config(args: argparse.Namespace) -> dict:
-    """The fields that identify a tagger run (what `grid` compares to skip runs already made)."""
+    """The fields that identify a tagger run (what `grid` compares to skip runs already made); `epochs_option` is
+    the `--epochs` given, None for the task's default."""
     return {"task": args.task, "elmo": args.elmo, "model": args.model if args.elmo != "none" else None,
-            "fraction": args.fraction, "seed": args.seed, "l2": args.l2 if args.elmo != "none" else None}
+            "fraction": args.fraction, "seed": args.seed, "l2": args.l2 if args.elmo != "none" else None,
+            "epochs_option": args.epochs}
 
 
 def tagger_command(args: argparse.Namespace) -> str:
@@ -462,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "grid":
         adapted = dict(item.split("=", 1) for item in args.adapted)
         records = read_records(args.results)
-        done = [{key: record.get(key) for key in ("task", "elmo", "model", "fraction", "seed", "l2")}
+        done = [{key: record.get(key) for key in ("task", "elmo", "model", "fraction", "seed", "l2", "epochs_option")}
                 for record in records]
         done_probes = {(record["model"], record["layer"]) for record in records if "probe" in record}
         for layer in range(args.probe_layers):

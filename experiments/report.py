@@ -17,12 +17,14 @@ TASK_NAME = {"pos": "Brown POS", "ner": "WNUT-16 NER"}
 
 
 def config_name(record: dict) -> str:
-    """How a tagger run is labelled in tables and plots."""
+    """How a tagger run is labelled in tables and plots (runs with another number of epochs than the task's default
+    apart from the others)."""
+    epochs = f", {record['epochs_option']} epochs" if record.get("epochs_option") else ""
     if record["elmo"] == "none":
-        return "baseline (no ELMo)"
+        return f"baseline (no ELMo){epochs}"
     model = Path(record["model"]).name
     name = f"ELMo ({model})" if not model.startswith("adapted") else f"ELMo adapted to the task ({model})"
-    return name if record["l2"] == 0.001 else f"{name}, lambda={record['l2']:g}"
+    return name + epochs if record["l2"] == 0.001 else f"{name}, lambda={record['l2']:g}{epochs}"
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -51,10 +53,10 @@ def tagger_table(records: list[dict], task: str) -> tuple[str, dict[str, dict[fl
 
 
 def weights_table(records: list[dict], task: str) -> tuple[str, dict[tuple[float, float, str], list[float]]]:
-    """The mean learned layer weights (and gamma) of both mixes of the default model's runs: on the full training
-    data, and at every fraction where the L2 comparison (lambda other than 0.001) ran."""
+    """The mean learned layer weights (and gamma) of both mixes of the default model's runs with the default epochs:
+    on the full training data, and at every fraction where the L2 comparison (lambda other than 0.001) ran."""
     runs = [record for record in records if record.get("task") == task and record["elmo"] == "frozen"
-            and not Path(record["model"]).name.startswith("adapted")]
+            and not Path(record["model"]).name.startswith("adapted") and not record.get("epochs_option")]
     fractions = {1.0} | {record["fraction"] for record in runs if record["l2"] != 0.001}
     collected: dict[tuple[float, float, str], list[list[float]]] = defaultdict(list)
     for record in runs:
