@@ -464,15 +464,14 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "grid":
         adapted = dict(item.split("=", 1) for item in args.adapted)
         records = read_records(args.results)
-        done = [{key: record.get(key) for key in ("task", "elmo", "model", "fraction", "seed", "l2", "epochs_option")}
-                for record in records]
         done_probes = {(record["model"], record["layer"]) for record in records if "probe" in record}
         for layer in range(args.probe_layers):
             if (args.model, layer) not in done_probes:
                 append_record(args.results, probe(argparse.Namespace(**{**vars(args), "layer": layer})))
         for run in grid_runs(args.tasks, adapted):
             run_args = argparse.Namespace(**{**vars(args), "model": DEFAULT_MODEL, "l2": 0.001, **run})
-            if run_config(run_args) in done:
+            config = run_config(run_args)
+            if any(all(record.get(key) == value for key, value in config.items()) for record in records):
                 continue
             record = train_tagger(run_args)
             append_record(args.results, record)
