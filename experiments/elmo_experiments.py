@@ -11,9 +11,10 @@ Tasks: Brown part-of-speech tags (`pos`, base tags, word accuracy) and WNUT-16 n
 entity F1 by seqeval), split as the data README says (examples/train_token_classification.py reads both). The
 tagger is the paper's baseline shape: trainable word embeddings and a character CNN, a biLSTM, a linear layer; with
 `--elmo frozen` the biLM's layers, mixed by a learned `ElmoScalarMix`, are concatenated to its inputs and, by a
-second mix, to the biLSTM's outputs. The biLM stays frozen, so its layers are computed once per model and split and
-cached (`--cache`); a run only trains the tagger. Each run appends one JSON line to `--results`, with the command
-that reproduces it; `grid` skips runs already there, so it resumes where it stopped.
+second mix, to the biLSTM's outputs (`--no-output-mix`: to its inputs only). The biLM stays frozen, so its layers
+are computed once per model and split and cached (`--cache`); a run only trains the tagger. Each run appends one JSON
+line to `--results`, with the command that reproduces it; `grid` skips runs already there, so it resumes where it
+stopped.
 """
 
 from __future__ import annotations
@@ -135,25 +136,29 @@ def bilm_layers(model: str, task: str, split: str, sentences: list[Sentence], ca
 class Tagger(nn.Module):
     """Word embeddings + character CNN -> biLSTM -> linear; optionally ELMo at the input and at the output.
 
-    `elmo_layers` `(batch, words, num_layers + 1, dim)` are mixed by `input_mix` (concatenated to the word features)
-    and by `output_mix` (concatenated to the biLSTM's outputs), each with its own learned weights (paper §3.3).
+    `elmo_layers` `(batch, words, num_layers + 1, dim)` are mixed by `mixes["input"]` (concatenated to the word
+    features) and, unless `output_mix` is False, by `mixes["output"]` (concatenated to the biLSTM's outputs), each
+    with its own learned weights (paper §3.3).
     """
 
     def __init__(self, num_words: int, num_tags: int, elmo_shape: tuple[int, int] | None, l2_coefficient: float,
-                 word_dim: int = 100, char_dim: int = 16, char_filters: int = 50, lstm_dim: int = 128,
-                 dropout: float = 0.5):
+                 output_mix: bool = True, word_dim: int = 100, char_dim: int = 16, char_filters: int = 50,
+                 lstm_dim: int = 128, dropout: float = 0.5):
         super().__init__()
         self.word_embedding = nn.Embedding(num_words, word_dim, padding_idx=0)
         self.char_embedding = nn.Embedding(CHAR_VOCAB_SIZE, char_dim, padding_idx=0)
         self.char_cnn = nn.Conv1d(char_dim, char_filters, kernel_size=3, padding=1)
-        elmo_dim = 0
+        self.mixes = nn.ModuleDict()
+        elmo_dim = output_dim = 0
         if elmo_shape is not None:
             num_representations, elmo_dim = elmo_shape
-            self.input_mix = ElmoScalarMix(num_representations, "token", dropout=0.2, l2_coefficient=l2_coefficient)
-            self.output_mix = ElmoScalarMix(num_representations, "token", dropout=0.2, l2_coefficient=l2_coefficient)
+            output_dim = elmo_dim if output_mix else 0
+            for name in ("input", "output") if output_mix else ("input",):
+                self.mixes[name] = ElmoScalarMix(num_representations, "token", dropout=0.2,
+                                                 l2_coefficient=l2_coefficient)
         self.lstm = nn.LSTM(word_dim + char_filters + elmo_dim, lstm_dim, batch_first=True, bidirectional=True)
         self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(2 * lstm_dim + elmo_dim, num_tags)
+        self.classifier = nn.Linear(2 * lstm_dim + output_dim, num_tags)
 
     def forward(self, word_ids: torch.Tensor, char_ids: torch.Tensor, lengths: torch.Tensor,
                 elmo_layers: torch.Tensor | None = None) -> torch.Tensor:
@@ -166,27 +171,23 @@ class Tagger(nn.Module):
         mask = word_ids.ne(0)
         if elmo_layers is not None:
             layers = elmo_layers.unbind(dim=2)
-            features.append(self.input_mix(layers, mask))
+            features.append(self.mixes["input"](layers, mask))
         packed = pack_padded_sequence(self.dropout(torch.cat(features, -1)), lengths, batch_first=True,
                                       enforce_sorted=False)
         hidden, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=num_words)
         outputs = [self.dropout(hidden)]
-        if elmo_layers is not None:
-            outputs.append(self.output_mix(layers, mask))
+        if "output" in self.mixes:
+            outputs.append(self.mixes["output"](layers, mask))
         return self.classifier(torch.cat(outputs, -1))
 
     def l2_penalty(self) -> torch.Tensor:
         """The mixes' `lambda * ||s||^2` (zero without ELMo)."""
-        if not hasattr(self, "input_mix"):
-            return torch.zeros(())
-        return self.input_mix.l2_penalty() + self.output_mix.l2_penalty()
+        return sum((mix.l2_penalty() for mix in self.mixes.values()), torch.zeros(()))
 
     def mix_weights(self) -> dict[str, list[float]]:
-        """The normalised layer weights softmax(s) of both mixes, and their gammas."""
-        if not hasattr(self, "input_mix"):
-            return {}
+        """The normalised layer weights softmax(s) of each mix, and their gammas."""
         return {name: [round(value, 4) for value in mix.weights().tolist()] + [round(mix.gamma.item(), 4)]
-                for name, mix in (("input", self.input_mix), ("output", self.output_mix))}
+                for name, mix in self.mixes.items()}
 
 
 class Encoded:
@@ -249,9 +250,10 @@ def evaluate(model: Tagger, data: Encoded, tags: list[str], task: str) -> float:
 def run_config(args: argparse.Namespace) -> dict:
     """The fields that identify a tagger run (what `grid` compares to skip runs already made); `epochs_option` is
     the `--epochs` given, None for the task's default."""
-    return {"task": args.task, "elmo": args.elmo, "model": args.model if args.elmo != "none" else None,
-            "fraction": args.fraction, "seed": args.seed, "l2": args.l2 if args.elmo != "none" else None,
-            "epochs_option": args.epochs}
+    use_elmo = args.elmo != "none"
+    return {"task": args.task, "elmo": args.elmo, "model": args.model if use_elmo else None,
+            "fraction": args.fraction, "seed": args.seed, "l2": args.l2 if use_elmo else None,
+            "output_mix": args.output_mix if use_elmo else None, "epochs_option": args.epochs}
 
 
 def tagger_command(args: argparse.Namespace) -> str:
@@ -261,7 +263,7 @@ def tagger_command(args: argparse.Namespace) -> str:
     if args.epochs:
         parts += ["--epochs", str(args.epochs)]
     if args.elmo != "none":
-        parts += ["--model", args.model, "--l2", str(args.l2)]
+        parts += ["--model", args.model, "--l2", str(args.l2)] + ([] if args.output_mix else ["--no-output-mix"])
     return " ".join([SCRIPT, *map(shlex.quote, parts)])
 
 
@@ -286,7 +288,7 @@ def train_tagger(args: argparse.Namespace) -> dict:
                 layers = subset_layers(layers, keep)
         data[split] = Encoded(sentences, word_index, tag_index, layers)
     elmo_shape = tuple(data["train"].layers[0].shape[1:]) if use_elmo else None
-    model = Tagger(len(word_index) + 2, len(tags), elmo_shape, args.l2)
+    model = Tagger(len(word_index) + 2, len(tags), elmo_shape, args.l2, args.output_mix)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
     epochs = args.epochs or (NER_EPOCHS if args.task == "ner" else EPOCHS)[args.fraction]
     generator = torch.Generator().manual_seed(args.seed)
@@ -438,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     tagger.add_argument("--elmo", choices=["none", "frozen"], default="frozen")
     tagger.add_argument("--fraction", type=float, choices=FRACTIONS, default=1.0)
     tagger.add_argument("--l2", type=float, default=0.001, help="lambda of the mixes' L2 penalty")
+    tagger.add_argument("--output-mix", action=argparse.BooleanOptionalAction, default=True,
+                        help="also concatenate a second mix of the biLM's layers to the biLSTM's outputs")
     commands.choices["probe"].add_argument("--layer", type=int, required=True)
     commands.choices["adapt"].add_argument("--task", choices=["pos", "ner"], required=True)
     commands.choices["adapt"].add_argument("--output", type=Path, required=True)
@@ -469,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
             if (args.model, layer) not in done_probes:
                 append_record(args.results, probe(argparse.Namespace(**{**vars(args), "layer": layer})))
         for run in grid_runs(args.tasks, adapted):
-            run_args = argparse.Namespace(**{**vars(args), "model": DEFAULT_MODEL, "l2": 0.001, **run})
+            run_args = argparse.Namespace(**{**vars(args), "model": DEFAULT_MODEL, "l2": 0.001, "output_mix": True,
+                                             **run})
             config = run_config(run_args)
             if any(all(record.get(key) == value for key, value in config.items()) for record in records):
                 continue

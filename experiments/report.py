@@ -17,14 +17,15 @@ TASK_NAME = {"pos": "Brown POS", "ner": "WNUT-16 NER"}
 
 
 def config_name(record: dict) -> str:
-    """How a tagger run is labelled in tables and plots (runs with another number of epochs than the task's default
-    apart from the others)."""
-    epochs = f", {record['epochs_option']} epochs" if record.get("epochs_option") else ""
+    """How a tagger run is labelled in tables and plots (runs trained with `--epochs`, or with ELMo at the input
+    only, apart from the others)."""
+    epochs = ", longer training" if record.get("epochs_option") else ""
     if record["elmo"] == "none":
         return f"baseline (no ELMo){epochs}"
     model = Path(record["model"]).name
     name = f"ELMo ({model})" if not model.startswith("adapted") else f"ELMo adapted to the task ({model})"
-    return name + epochs if record["l2"] == 0.001 else f"{name}, lambda={record['l2']:g}{epochs}"
+    name += "" if record["l2"] == 0.001 else f", lambda={record['l2']:g}"
+    return name + ("" if record.get("output_mix", True) else ", input mix only") + epochs
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -32,13 +33,17 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def tagger_table(records: list[dict], task: str) -> tuple[str, dict[str, dict[float, list[float]]]]:
-    """A markdown table of test scores by configuration (rows) and training fraction (columns)."""
-    scores: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    """A markdown table of test scores by configuration (rows) and training fraction (columns); a cell of runs
+    trained with `--epochs` names the epochs, one line per number of epochs. Returns the table and, for the plot,
+    each row's scores by fraction (of its longest training where a cell holds several)."""
+    scores: dict[str, dict[float, dict[int | None, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list)))
     seconds: dict[str, list[float]] = defaultdict(list)
     for record in records:
         if record.get("task") == task:
-            scores[config_name(record)][record["fraction"]].append(record["test"])
-            seconds[config_name(record)].append(record["seconds"])
+            name = config_name(record)
+            scores[name][record["fraction"]][record.get("epochs_option")].append(record["test"])
+            seconds[name].append(record["seconds"])
     fractions = sorted({fraction for by_fraction in scores.values() for fraction in by_fraction})
     lines = [f"| {TASK_NAME[task]}, test {METRIC[task]} | "
              + " | ".join(f"{fraction:.0%} of train" for fraction in fractions) + " | seconds per run |",
@@ -46,17 +51,22 @@ def tagger_table(records: list[dict], task: str) -> tuple[str, dict[str, dict[fl
     for name, by_fraction in scores.items():
         cells = []
         for fraction in fractions:
-            values = by_fraction.get(fraction, [])
-            cells.append(f"{mean_std(values)[0]:.2f} ± {mean_std(values)[1]:.2f} (n={len(values)})" if values else "")
+            by_epochs = by_fraction.get(fraction, {})
+            cells.append("<br>".join(
+                f"{mean_std(values)[0]:.2f} ± {mean_std(values)[1]:.2f} (n={len(values)}"
+                + (f", {epochs} epochs)" if epochs else ")") for epochs, values in sorted(by_epochs.items())))
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {statistics.mean(seconds[name]):.0f} |")
-    return "\n".join(lines), scores
+    longest = {name: {fraction: by_epochs[max(by_epochs, key=lambda epochs: epochs or 0)]
+                      for fraction, by_epochs in by_fraction.items()} for name, by_fraction in scores.items()}
+    return "\n".join(lines), longest
 
 
 def weights_table(records: list[dict], task: str) -> tuple[str, dict[tuple[float, float, str], list[float]]]:
     """The mean learned layer weights (and gamma) of both mixes of the default model's runs with the default epochs:
     on the full training data, and at every fraction where the L2 comparison (lambda other than 0.001) ran."""
     runs = [record for record in records if record.get("task") == task and record["elmo"] == "frozen"
-            and not Path(record["model"]).name.startswith("adapted") and not record.get("epochs_option")]
+            and not Path(record["model"]).name.startswith("adapted") and not record.get("epochs_option")
+            and record.get("output_mix", True)]
     fractions = {1.0} | {record["fraction"] for record in runs if record["l2"] != 0.001}
     collected: dict[tuple[float, float, str], list[list[float]]] = defaultdict(list)
     for record in runs:

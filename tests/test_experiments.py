@@ -91,7 +91,7 @@ def test_grid_lists_every_run_once_in_order_and_skips_recorded_ones(tmp_path, mo
     monkeypatch.setattr(experiments, "grid_runs", lambda tasks, adapted: runs[:4])
     results = tmp_path / "results.jsonl"
     experiments.append_record(results, experiments.run_config(experiments.argparse.Namespace(**{
-        **runs[1], "model": DEFAULT_MODEL, "l2": 0.001, "epochs": None})))
+        **runs[1], "model": DEFAULT_MODEL, "l2": 0.001, "output_mix": True, "epochs": None})))
     assert experiments.main(["grid", "--probe-layers", "0", "--results", str(results)]) == 0
     assert [run["elmo"] for run in made] == ["none", "none", "frozen"] and len(made) == 3
     assert experiments.main(["grid", "--probe-layers", "0", "--results", str(results)]) == 0
@@ -113,11 +113,17 @@ def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
     longer = {"input": [0.9, 0.05, 0.05, 1.0], "output": [0.9, 0.05, 0.05, 1.0]}  # kept out of the weights table
     records.append(dict(task="ner", elmo="frozen", model=DEFAULT_MODEL, fraction=1.0, seed=0, l2=0.001,
                         epochs_option=60, test=50.0, seconds=3.0, mix_weights=longer))
+    records.append({**records[-1], "epochs_option": 90, "test": 52.0})
+    records.append(dict(task="ner", elmo="frozen", model=DEFAULT_MODEL, fraction=1.0, seed=0, l2=0.001,
+                        output_mix=False, epochs_option=60, test=40.0, seconds=3.0,
+                        mix_weights={"input": longer["input"]}))
     report(records, tmp_path)
     printed = capsys.readouterr().out
     assert "| baseline (no ELMo) | 90.50 ± 0.71 (n=2) | 90.50 ± 0.71 (n=2) | 90.50 ± 0.71 (n=2) | 1 |" in printed
     assert "| ELMo (elmo-en-mini), lambda=1 | 12.50 ± 0.71 (n=2)" in printed
-    assert "| ELMo (elmo-en-mini), 60 epochs |  |  | 50.00 ± 0.00 (n=1) | 3 |" in printed
+    cell = "50.00 ± 0.00 (n=1, 60 epochs)<br>52.00 ± 0.00 (n=1, 90 epochs)"  # one line per number of epochs
+    assert f"| ELMo (elmo-en-mini), longer training |  |  | {cell} | 3 |" in printed
+    assert "| ELMo (elmo-en-mini), input mix only, longer training |  |  | 40.00 ± 0.00 (n=1, 60 epochs) |" in printed
     assert "| input | 100% | 0.001 | 2 | 0.200 | 0.500 | 0.300 | 1.100 |" in printed
     assert "| output | 1% | 1 | 2 | 0.300 | 0.300 | 0.400 | 0.900 |" in printed
     assert "| 1: first biLSTM layer | 81.00 |" in printed  # records without "epochs" were made with 3
