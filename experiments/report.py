@@ -48,7 +48,9 @@ def tagger_table(records: list[dict], task: str) -> tuple[str, dict[str, dict[fl
     lines = [f"| {TASK_NAME[task]}, test {METRIC[task]} | "
              + " | ".join(f"{fraction:.0%} of train" for fraction in fractions) + " | seconds per run |",
              "|---|" + "---|" * (len(fractions) + 1)]
-    for name, by_fraction in scores.items():
+    # the grid's rows first, then the longer-trained ones; the baseline first in each, the rest as recorded
+    rows = sorted(scores.items(), key=lambda row: (row[0].endswith("longer training"), "no ELMo" not in row[0]))
+    for name, by_fraction in rows:
         cells = []
         for fraction in fractions:
             by_epochs = by_fraction.get(fraction, {})
@@ -57,7 +59,7 @@ def tagger_table(records: list[dict], task: str) -> tuple[str, dict[str, dict[fl
                 + (f", {epochs} epochs)" if epochs else ")") for epochs, values in sorted(by_epochs.items())))
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {statistics.mean(seconds[name]):.0f} |")
     longest = {name: {fraction: by_epochs[max(by_epochs, key=lambda epochs: epochs or 0)]
-                      for fraction, by_epochs in by_fraction.items()} for name, by_fraction in scores.items()}
+                      for fraction, by_epochs in by_fraction.items()} for name, by_fraction in rows}
     return "\n".join(lines), longest
 
 
