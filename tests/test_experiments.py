@@ -62,6 +62,18 @@ def test_a_tagger_run_is_recorded_and_its_command_repeats_it_exactly(ner_run):
     assert {**again, "seconds": None} == {**first, "seconds": None}
 
 
+def test_no_output_mix_puts_elmo_at_the_input_only_and_its_command_says_so(ner_run):
+    folder, options = ner_run
+    results = ["--results", str(folder / "input-only.jsonl")]
+    arguments = ["tagger", "--task", "ner", "--fraction", "0.01", "--epochs", "1", "--seed", "3", "--no-output-mix"]
+    assert experiments.main(arguments + options + results) == 0
+    [record] = experiments.read_records(folder / "input-only.jsonl")
+    assert record["output_mix"] is False and list(record["mix_weights"]) == ["input"]
+    assert "--no-output-mix" in shlex.split(record["command"])
+    tagger = experiments.Tagger(10, 5, (3, 8), 0.001, output_mix=False)
+    assert list(tagger.mixes) == ["input"] and tagger.classifier.in_features == 2 * tagger.lstm.hidden_size
+
+
 def test_cached_layers_are_the_biLMs_layers(ner_run):
     folder, _ = ner_run
     sentences = experiments.load_task("ner", DATA)["dev"]
