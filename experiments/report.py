@@ -107,7 +107,7 @@ def report(records: list[dict], docs: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    figure, axes = plt.subplots(1, 2, figsize=(11, 6))
     weight_figure, weight_axes = plt.subplots(1, 2, figsize=(11, 4))
     for column, task in enumerate(("pos", "ner")):
         if not any(record.get("task") == task for record in records):
@@ -118,10 +118,11 @@ def report(records: list[dict], docs: Path) -> None:
             fractions = sorted(by_fraction)
             stats = [mean_std(by_fraction[fraction]) for fraction in fractions]
             axes[column].errorbar([100 * f for f in fractions], [m for m, _ in stats], yerr=[s for _, s in stats],
-                                  marker="o", capsize=3, label=name)
+                                  marker="o", capsize=3, label=name,
+                                  linestyle="--" if name.endswith("longer training") else "-")
         axes[column].set(xscale="log", xlabel="training data used (%)", ylabel=f"test {METRIC[task]}",
                          title=TASK_NAME[task])
-        axes[column].legend(fontsize=7)
+        axes[column].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15))
         table, means = weights_table(records, task)
         print(table, end="\n\n")
         width = 0.8 / max(len(means), 1)
