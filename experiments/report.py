@@ -13,13 +13,14 @@ from collections import defaultdict
 from pathlib import Path
 
 METRIC = {"pos": "accuracy (%)", "ner": "entity F1 (%)"}
+LONGER = ", longer training"  # the end of the label of runs trained with `--epochs`
 TASK_NAME = {"pos": "Brown POS", "ner": "WNUT-16 NER"}
 
 
 def config_name(record: dict) -> str:
     """How a tagger run is labelled in tables and plots (runs trained with `--epochs`, or with ELMo at the input
     only, apart from the others)."""
-    epochs = ", longer training" if record.get("epochs_option") else ""
+    epochs = LONGER if record.get("epochs_option") else ""
     if record["elmo"] == "none":
         return f"baseline (no ELMo){epochs}"
     model = Path(record["model"]).name
@@ -49,7 +50,7 @@ def tagger_table(records: list[dict], task: str) -> tuple[str, dict[str, dict[fl
              + " | ".join(f"{fraction:.0%} of train" for fraction in fractions) + " | seconds per run |",
              "|---|" + "---|" * (len(fractions) + 1)]
     # the grid's rows first, then the longer-trained ones; the baseline first in each, the rest as recorded
-    rows = sorted(scores.items(), key=lambda row: (row[0].endswith("longer training"), "no ELMo" not in row[0]))
+    rows = sorted(scores.items(), key=lambda row: (row[0].endswith(LONGER), "no ELMo" not in row[0]))
     for name, by_fraction in rows:
         cells = []
         for fraction in fractions:
@@ -119,7 +120,7 @@ def report(records: list[dict], docs: Path) -> None:
             stats = [mean_std(by_fraction[fraction]) for fraction in fractions]
             axes[column].errorbar([100 * f for f in fractions], [m for m, _ in stats], yerr=[s for _, s in stats],
                                   marker="o", capsize=3, label=name,
-                                  linestyle="--" if name.endswith("longer training") else "-")
+                                  linestyle="--" if name.endswith(LONGER) else "-")
         axes[column].set(xscale="log", xlabel="training data used (%)", ylabel=f"test {METRIC[task]}",
                          title=TASK_NAME[task])
         axes[column].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15))
