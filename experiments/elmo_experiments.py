@@ -342,7 +342,15 @@ def append_record(results: Path, record: dict) -> None:
 
 
 def read_records(results: Path) -> list[dict]:
-    return [json.loads(line) for line in results.read_text().splitlines()] if results.is_file() else []
+    """Every record of `results` (none if it does not exist); a line that is not JSON is a clear error."""
+    records = []
+    for number, line in enumerate(results.read_text().splitlines() if results.is_file() else [], start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise SystemExit(f"error: line {number} of {results} is not a JSON record ({error.msg}): a run stopped "
+                             "while writing it? Remove that line (the other records stay valid) and run again.")
+    return records
 
 
 def probe(args: argparse.Namespace) -> dict:
@@ -380,20 +388,33 @@ def probe(args: argparse.Namespace) -> dict:
 
 
 def adapt(args: argparse.Namespace) -> None:
-    """Paper §2.4: continue the biLM's language-model training on the task's unlabelled training text."""
+    """Paper §2.4: continue the biLM's language-model training on the task's unlabelled training text.
+
+    The task's words go to `OUTPUT-train.txt` and `OUTPUT-dev.txt` beside `--output` (a file of that name holding
+    other text is never overwritten); `elmo-hf pretrain` refuses an `--output` that already holds a model unless
+    `--overwrite` or `--resume` is passed on to it.
+    """
     splits = load_task(args.task, args.data)
+    texts = {split: args.output.parent / f"{args.output.name}-{split}.txt" for split in ("train", "dev")}
+    contents = {split: "".join(" ".join(words) + "\n" for words, _ in splits[split]) for split in texts}
+    for split, path in texts.items():
+        if path.is_file() and path.read_text(encoding="utf-8") != contents[split]:
+            raise SystemExit(f"error: {path} exists and holds other text than the task's {split} words; choose "
+                             "another --output, or move that file.")
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    texts = {}
-    for split in ("train", "dev"):
-        texts[split] = args.output.parent / f"{args.output.name}-{split}.txt"
-        texts[split].write_text("".join(" ".join(words) + "\n" for words, _ in splits[split]), encoding="utf-8")
+    for split, path in texts.items():
+        partial = path.with_suffix(".partial")
+        partial.write_text(contents[split], encoding="utf-8")
+        partial.replace(path)
     command = ["elmo-hf", "pretrain", "--from-pretrained", args.model, "--train", str(texts["train"]),
-               "--validation", str(texts["dev"]), "--output", str(args.output), "--overwrite",
+               "--validation", str(texts["dev"]), "--output", str(args.output),
                "--learning-rate", str(args.learning_rate), "--lr-scheduler", "linear", "--warmup-steps", "50",
                "--dropout", "0.1", "--batch-size", "32", "--threads", str(args.threads), "--no-progress",
                "--eval-steps", "100000", "--save-steps", "100000", *args.pretrain_args]
     print(" ".join(shlex.quote(part) for part in command), flush=True)
-    subprocess.run(command, check=True)
+    returncode = subprocess.run(command).returncode
+    if returncode:
+        raise SystemExit(f"error: elmo-hf pretrain stopped with exit status {returncode} (its message is above).")
 
 
 def grid_runs(tasks: list[str], adapted: dict[str, str]) -> list[dict]:

@@ -3,6 +3,7 @@ command repeats exactly, the grid's order and resumption, and the report's table
 
 import json
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -147,3 +148,30 @@ def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
 def test_a_model_that_is_neither_a_folder_nor_packaged_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="--model nowhere is neither a model folder nor a packaged model"):
         experiments.main(["tagger", "--task", "ner", "--model", "nowhere", "--cache", str(tmp_path)])
+
+
+def test_a_record_cut_short_is_a_clear_error_naming_its_line(tmp_path):
+    results = tmp_path / "results.jsonl"
+    experiments.append_record(results, {"task": "ner", "test": 1.0})
+    with results.open("a") as file:
+        file.write('{"task": "ner", "te')  # what a run killed while appending leaves behind
+    with pytest.raises(SystemExit, match=r"line 2 of .*results.jsonl is not a JSON record .* Remove that line"):
+        experiments.read_records(results)
+    with pytest.raises(SystemExit, match="line 2"):
+        experiments.main(["grid", "--results", str(results), "--probe-layers", "0"])
+
+
+def test_adapt_never_overwrites_its_input_model_nor_a_foreign_text_file(tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(experiments.model_folder(DEFAULT_MODEL), model)
+    weights = (model / "model.safetensors").read_bytes()
+    arguments = ["adapt", "--task", "ner", "--data", str(DATA), "--model", str(model), "--output", str(model),
+                 "--", "--max-steps", "1"]
+    with pytest.raises(SystemExit, match="elmo-hf pretrain stopped with exit status"):
+        experiments.main(arguments)
+    assert (model / "model.safetensors").read_bytes() == weights
+    notes = tmp_path / "notes-train.txt"
+    notes.write_text("my own notes\n")
+    with pytest.raises(SystemExit, match="notes-train.txt exists and holds other text"):
+        experiments.main(["adapt", "--task", "ner", "--data", str(DATA), "--output", str(tmp_path / "notes")])
+    assert notes.read_text() == "my own notes\n" and not (tmp_path / "notes-dev.txt").exists()
