@@ -33,7 +33,8 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
     ElmoScalarMix,
 )
-from .tokenization_elmo import DEFAULT_MODEL, ElmoTokenizer, packaged_model_path, packaged_models, resolve_model_name
+from .packaged_elmo import DEFAULT_MODEL, packaged_model_path, packaged_models, resolve_model_name
+from .tokenization_elmo import ElmoTokenizer
 
 AUTO_CLASSES = {
     AutoModel: ElmoModel,

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .tokenization_elmo import CHAR_VOCAB_SIZE, resolve_model_name
+from .packaged_elmo import resolve_model_name
+from .tokenization_elmo import CHAR_VOCAB_SIZE
 
 if TYPE_CHECKING:
     # Not imported at run time (it imports transformers.pipelines), but named here so that `save_pretrained`, which

@@ -52,7 +52,7 @@ import h5py
 import numpy as np
 import torch
 
-from .tokenization_elmo import DEFAULT_MODEL
+from .packaged_elmo import DEFAULT_MODEL
 
 INDEX_NAME = "sentence_to_index"  # the dataset allennlp writes the sentence -> key JSON object into
 SETTINGS_ATTR = "elmo_hf_settings"

@@ -43,7 +43,8 @@ from transformers.utils import logging
 from .cpu_kernels import encode_words, kernels_apply, lstm_with_projection
 from .export_kernels import masked_recurrence
 from .configuration_elmo import ElmoConfig
-from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, resolve_model_name, word_to_char_ids
+from .packaged_elmo import resolve_model_name
+from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
 from .training_kernels import TRAINING_KERNEL_DTYPES, fused_lstm_with_projection
 
 LstmState = tuple[torch.Tensor, torch.Tensor]

@@ -49,7 +49,8 @@ from .data_elmo import (
     load_sentences,
 )
 from .modeling_elmo import ElmoForPreTraining, ElmoForPreTrainingOutput
-from .tokenization_elmo import ElmoTokenizer, resolve_model_name
+from .packaged_elmo import resolve_model_name
+from .tokenization_elmo import ElmoTokenizer
 
 _PUBLISHED_CNN = {"filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]}
 # Architectures by name: the three published ones, and `ptb`, small enough to train on Penn Treebank in hours of CPU.

@@ -17,13 +17,14 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from tokenizers import AddedToken, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy, TensorType, to_py_obj
+
+from .packaged_elmo import resolve_model_name
 
 # Character ids as the model sees them: the original ids shifted by +1, so that 0 is free for padding words.
 PADDING_CHAR_ID = 0
@@ -46,31 +47,6 @@ _NAMED_CHAR_IDS = {char_id: name for name, char_id in _NAMED_CHARS.items()}
 # Dictionary mode: the entry of unknown characters (in "characters") and unknown words (in "words") of vocab.json.
 UNKNOWN_ENTRY = "<oov>"
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.json"}
-
-# Models shipped inside the package, one folder each under `models/`: every Elmo*.from_pretrained loads them offline
-# by folder name. Where these files run as Hub remote code the folder does not exist and names pass through.
-PACKAGED_MODELS_DIR = Path(__file__).resolve().parent / "models"
-DEFAULT_MODEL = "elmo-en-mini"
-
-
-def packaged_models() -> list[str]:
-    """Names of the models shipped with the package."""
-    return sorted(folder.parent.name for folder in PACKAGED_MODELS_DIR.glob("*/config.json"))
-
-
-def packaged_model_path(name: str = DEFAULT_MODEL) -> str:
-    """The folder of the packaged model `name`, for loaders that take only paths or Hub ids (the Auto classes)."""
-    if name not in packaged_models():
-        raise ValueError(f"no model named {name!r} ships with elmo-hf; the packaged models are {packaged_models()}")
-    return str(PACKAGED_MODELS_DIR / name)
-
-
-def resolve_model_name(name_or_path: Any) -> Any:
-    """A packaged model's folder for its name, unless a local path of that name exists; anything else unchanged."""
-    if isinstance(name_or_path, str) and not os.path.exists(name_or_path) and name_or_path in packaged_models():
-        return packaged_model_path(name_or_path)
-    return name_or_path
-
 
 def _check_max_characters_per_token(max_characters_per_token: int) -> None:
     """Raise unless a row can hold the begin-word, one character and the end-word ids."""

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from elmo_hf import ElmoForPreTraining, ElmoModel, ElmoTokenizer  # noqa: E402
-from elmo_hf.tokenization_elmo import PACKAGED_MODELS_DIR  # noqa: E402
+from elmo_hf.packaged_elmo import PACKAGED_MODELS_DIR  # noqa: E402
 
 # The sentence whose outputs the tests pin (cased text, punctuation, a rare word, a number).
 FIXED_SENTENCE = "The whale , Ishmael said , surfaced near Nantucket in 1851 ."

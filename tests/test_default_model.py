@@ -21,7 +21,7 @@ from elmo_hf import (
     packaged_model_path,
     packaged_models,
 )
-from elmo_hf.tokenization_elmo import PACKAGED_MODELS_DIR
+from elmo_hf.packaged_elmo import PACKAGED_MODELS_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = FIXTURES / f"{DEFAULT_MODEL}-outputs.npy"

@@ -1,0 +1,45 @@
+# Copyright 2026 The elmo-hf Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The models shipped inside the package, loaded offline by name wherever a model is named."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+# Models shipped inside the package, one folder each under `models/`: every Elmo*.from_pretrained loads them offline
+# by folder name. Where these files run as Hub remote code the folder does not exist and names pass through.
+PACKAGED_MODELS_DIR = Path(__file__).resolve().parent / "models"
+DEFAULT_MODEL = "elmo-en-mini"
+
+
+def packaged_models() -> list[str]:
+    """Names of the models shipped with the package."""
+    return sorted(folder.parent.name for folder in PACKAGED_MODELS_DIR.glob("*/config.json"))
+
+
+def packaged_model_path(name: str = DEFAULT_MODEL) -> str:
+    """The folder of the packaged model `name`, for loaders that take only paths or Hub ids (the Auto classes)."""
+    if name not in packaged_models():
+        raise ValueError(f"no model named {name!r} ships with elmo-hf; the packaged models are {packaged_models()}")
+    return str(PACKAGED_MODELS_DIR / name)
+
+
+def resolve_model_name(name_or_path: Any) -> Any:
+    """A packaged model's folder for its name, unless a local path of that name exists; anything else unchanged."""
+    if isinstance(name_or_path, str) and not os.path.exists(name_or_path) and name_or_path in packaged_models():
+        return packaged_model_path(name_or_path)
+    return name_or_path
+
+
+__all__ = ["DEFAULT_MODEL", "PACKAGED_MODELS_DIR", "packaged_model_path", "packaged_models", "resolve_model_name"]
