@@ -4,7 +4,7 @@
     python benchmarks/bench_export.py --models small --batch-sizes 1 8 --sentences 32   # a quick run
 
 Random-weight models of the published architectures (speed does not depend on the values), float32, CPU. For each
-architecture the model is exported with `elmo_hf.onnx_export` (the path `elmo-hf export-onnx` takes) into a
+architecture the model is exported with `elmo_hf.conversion.onnx` (the path `elmo-hf export-onnx` takes) into a
 temporary folder, then three paths embed the same sentences (the synthetic corpus of `bench_inference.py`, in corpus
 order, batches padded to their longest sentence, the first two batches a warm-up, tokenization not timed):
 - fast path: the eager model as it runs by default (`torch.inference_mode()`; packed, length-sorted recurrence that
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_inference import ARCHITECTURES, synthetic_corpus
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
-from elmo_hf.onnx_export import export_onnx
+from elmo_hf.conversion.onnx import export_onnx
 
 
 def words_per_second(run, batches: list[dict[str, torch.Tensor]], words: int, repeats: int) -> float:

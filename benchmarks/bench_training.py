@@ -31,9 +31,9 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel  # noqa: E402
-from elmo_hf.data_elmo import DataCollatorForElmoPreTraining, ElmoWordVocabulary  # noqa: E402
+from elmo_hf.corpus.data import DataCollatorForElmoPreTraining, ElmoWordVocabulary  # noqa: E402
 from elmo_hf.modeling_elmo import ElmoCharacterEncoder  # noqa: E402
-from elmo_hf.pretraining import PRESETS  # noqa: E402
+from elmo_hf.corpus.pretraining import PRESETS  # noqa: E402
 
 PTB_TRAIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb" / "ptb.train.txt"
 VOCABULARY_SIZE = 10_002

@@ -1,11 +1,11 @@
-"""Checkout entry point, same as the installed `elmo-hf convert`: the converter is elmo_hf/conversion/convert.py."""
+"""Checkout entry point, same as the installed `elmo-hf convert`: the command is elmo_hf/cli/convert.py over elmo_hf/conversion/convert.py."""
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from elmo_hf.conversion.convert import main  # noqa: E402
+from elmo_hf.cli.convert import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

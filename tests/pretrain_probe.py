@@ -12,10 +12,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from elmo_hf import pretraining  # noqa: E402
+from elmo_hf.cli import pretrain as command  # noqa: E402
+from elmo_hf.corpus import pretraining  # noqa: E402
 
 parser = argparse.ArgumentParser()
-pretraining.add_arguments(parser)
+command.add_arguments(parser)
 args = parser.parse_args(sys.argv[2:])
 args.architecture_given, args.architecture = args.architecture is not None, args.architecture or "ptb"
 trainer, _ = pretraining.pretrain(args)

@@ -15,7 +15,8 @@ from conftest import FIXTURES
 
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.conversion.checkpoint import ConversionError
-from elmo_hf.conversion.convert import convert, main
+from elmo_hf.cli.convert import main
+from elmo_hf.conversion.convert import convert
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = FIXTURES / "allennlp" / "options.json"

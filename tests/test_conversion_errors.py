@@ -23,7 +23,8 @@ from elmo_hf.conversion.checkpoint import (
     read_options,
     read_weights,
 )
-from elmo_hf.conversion.convert import check_against_reference, convert, main, model_from_checkpoint
+from elmo_hf.cli.convert import main
+from elmo_hf.conversion.convert import check_against_reference, convert, model_from_checkpoint
 from elmo_hf.conversion.reference import every_character_sentence, words_to_char_ids
 from elmo_hf.tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from elmo_hf.conversion.convert import main
+from elmo_hf.cli.convert import main
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = FIXTURES / "allennlp" / "options.json"
@@ -111,7 +111,7 @@ KILLED_SCRIPT = """
 import sys, time
 from pathlib import Path
 from elmo_hf import ElmoModel
-from elmo_hf.conversion.convert import main
+from elmo_hf.cli.convert import main
 
 def save_forever(self, folder, *args, **kwargs):
     (Path(folder) / "model.safetensors").write_bytes(b"partial")

@@ -12,7 +12,7 @@ from elmo_hf import ElmoForPreTraining, ElmoForTokenClassification, ElmoModel, E
 from elmo_hf.cli import run_subcommand
 from elmo_hf.conversion.convert import convert
 from elmo_hf.conversion.export import export
-from elmo_hf.data_elmo import ElmoWordVocabulary
+from elmo_hf.corpus.data import ElmoWordVocabulary
 
 SENTENCES = [["The", "biLM", "reads", "characters", "."], ["Zoë", "naïvely", "exports", "!"]]
 

@@ -19,7 +19,7 @@ from fake_hub import FakeHub
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import HfHubHTTPError
 
-from elmo_hf.conversion.convert import main
+from elmo_hf.cli.convert import main
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = FIXTURES / "allennlp" / "options.json"
@@ -37,7 +37,7 @@ HEAD_REPO = "me/elmo-ner"
 PUSH_SCRIPT = """
 import json, sys
 import torch
-from elmo_hf.conversion.convert import main
+from elmo_hf.cli.convert import main
 from elmo_hf import ElmoConfig, ElmoForTokenClassification, ElmoTokenizer
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 
@@ -198,7 +198,7 @@ def test_create_pr_against_main_is_allowed(tmp_path, monkeypatch):
         pushes.append((folder, args, kwargs))
         return SimpleNamespace(pr_url="pull request", commit_url="commit")
 
-    monkeypatch.setattr("elmo_hf.conversion.convert.push_to_hub", push_to_hub)
+    monkeypatch.setattr("elmo_hf.cli.convert.push_to_hub", push_to_hub)
     assert main([*FIXTURE_ARGS, "--output", str(tmp_path / "out"), "--push-to-hub", "me/elmo", "--token", "hf_x",
                  "--create-pr", "--revision", "main"]) == 0
     assert pushes == [(tmp_path / "out", ("me/elmo", "hf_x", None, "main", True), {"timeout": 60.0, "retries": 5})]
@@ -217,7 +217,7 @@ def test_failed_push_keeps_the_folder(tmp_path, capsys, monkeypatch):
         response = httpx2.Response(403, request=httpx2.Request("POST", "https://hub.invalid/api/repos/create"))
         raise HfHubHTTPError("403 Forbidden: no write access to me", response=response)
 
-    monkeypatch.setattr("elmo_hf.conversion.convert.push_to_hub", push_to_hub)
+    monkeypatch.setattr("elmo_hf.cli.convert.push_to_hub", push_to_hub)
     output = tmp_path / "out"
     assert main([*FIXTURE_ARGS, "--output", str(output), "--push-to-hub", "me/elmo", "--token", "hf_x"]) == 1
     assert capsys.readouterr().err.startswith(

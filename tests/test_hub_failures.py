@@ -17,7 +17,7 @@ import huggingface_hub.constants
 import pytest
 from conftest import FIXTURES
 
-from elmo_hf.conversion.convert import main
+from elmo_hf.cli.convert import main
 
 OPTIONS = FIXTURES / "allennlp" / "options.json"
 WEIGHTS = FIXTURES / "allennlp" / "lm_weights.hdf5"

@@ -11,7 +11,8 @@ from huggingface_hub import ModelCard
 
 from elmo_hf import ElmoConfig, packaged_models
 from elmo_hf.conversion.checkpoint import ConversionError, convert_config, original_shapes, read_options
-from elmo_hf.conversion.convert import convert, main
+from elmo_hf.cli.convert import main
+from elmo_hf.conversion.convert import convert
 from elmo_hf.conversion.hub import MODEL_CARDS, MODEL_CARDS_DIR, PLACEHOLDER_REPO_ID, architecture_name, model_card
 
 OPTIONS = FIXTURES / "allennlp" / "options.json"

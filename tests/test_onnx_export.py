@@ -11,7 +11,7 @@ import torch
 from conftest import expected_top_layer, fixture_sentences, tiny_config
 from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from elmo_hf.cli import main as cli_main
-from elmo_hf.onnx_export import ONNX_OPSET, ElmoOnnxSignature, ExportError, export_onnx, export_program
+from elmo_hf.conversion.onnx import ONNX_OPSET, ElmoOnnxSignature, ExportError, export_onnx, export_program
 
 # float32 agreement of the export path (eager, torch.export, onnxruntime) with the default eager path, all layers
 TOLERANCE = 1e-5

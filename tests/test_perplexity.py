@@ -12,7 +12,7 @@ from conftest import tiny_config
 
 from elmo_hf import ElmoForPreTraining, ElmoModel
 from elmo_hf.cli import run_subcommand
-from elmo_hf.data_elmo import ElmoWordVocabulary
+from elmo_hf.corpus.data import ElmoWordVocabulary
 from elmo_hf.tokenization_elmo import word_to_char_ids
 
 WORDS = ["the", "cat", "sat", "on", "mat"]

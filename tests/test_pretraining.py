@@ -16,7 +16,7 @@ from conftest import tiny_config
 
 from elmo_hf import ElmoForPreTraining, ElmoModel
 from elmo_hf.cli import run_subcommand
-from elmo_hf.data_elmo import (
+from elmo_hf.corpus.data import (
     CorpusError,
     DataCollatorForElmoPreTraining,
     ElmoTextDataset,
@@ -24,7 +24,7 @@ from elmo_hf.data_elmo import (
     load_sentences,
     read_sentences,
 )
-from elmo_hf.pretraining import corpus_perplexity
+from elmo_hf.corpus.pretraining import corpus_perplexity
 from transformers import AutoModelForPreTraining
 
 ROOT = Path(__file__).resolve().parents[1]

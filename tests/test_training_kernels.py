@@ -10,7 +10,7 @@ from torch.nn.utils import parametrize
 
 from elmo_hf import ElmoForPreTraining, modeling_elmo
 from elmo_hf.cli import run_subcommand
-from elmo_hf.data_elmo import DataCollatorForElmoPreTraining, ElmoWordVocabulary
+from elmo_hf.corpus.data import DataCollatorForElmoPreTraining, ElmoWordVocabulary
 from elmo_hf.modeling_elmo import ElmoLstmCellWithProjection
 from elmo_hf.training_kernels import LstmWithProjectionFunction, fused_lstm_with_projection
 

@@ -35,10 +35,9 @@ import torch
 from transformers.modeling_utils import load_state_dict
 
 from elmo_hf import ElmoConfig
-from elmo_hf.cli import run_subcommand
 from elmo_hf.conversion.checkpoint import ConversionError, N_CHARACTERS, to_original, to_state_dict
 from elmo_hf.conversion.convert import check_output, staged_folder
-from elmo_hf.data_elmo import VOCABULARY_FILE
+from elmo_hf.corpus.data import VOCABULARY_FILE
 
 OPTIONS_FILE = "options.json"
 WEIGHTS_FILE = "weights.hdf5"
@@ -162,29 +161,3 @@ def export(model_folder: str | Path, output: str | Path, overwrite: bool = False
     return others
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `elmo-hf export` options."""
-    parser.add_argument("--model", required=True, help="an elmo-hf model folder (base model or any head)")
-    parser.add_argument("--output", required=True, help="folder to write options.json and weights.hdf5 into")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
-
-
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf export`: 0 on success, 2 when the folder cannot be exported."""
-    try:
-        left_out = export(args.model, args.output, overwrite=args.overwrite)
-    except ConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if left_out:
-        print(f"left out (the original format has no place for them): {', '.join(left_out)}")
-    print(f"exported {args.model} -> {args.output}")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_subcommand("export", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

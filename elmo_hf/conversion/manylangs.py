@@ -41,7 +41,7 @@ from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
 from elmo_hf.tokenization_elmo import UNKNOWN_ENTRY, VOCAB_FILES_NAMES
 
 from .checkpoint import ConversionError
-from .convert import add_output_arguments, check_output, run_conversion, staged_folder
+from .convert import check_output, staged_folder
 from .hub import PLACEHOLDER_REPO_ID, architecture_name
 from .reference import _sigmoid
 
@@ -477,20 +477,3 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, language: s
     return output
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `elmo-hf convert-manylangs` options."""
-    parser.add_argument("--model", required=True, help="the unpacked ELMoForManyLangs model folder")
-    parser.add_argument("--language", required=True, help="the model's language code for the model card, e.g. zh")
-    add_output_arguments(parser)
-    parser.add_argument("--repo-id", help="the Hub name the model card's example loads (default: a placeholder)")
-
-
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf convert-manylangs`: 0 on success, 2 for a folder or --output that cannot be used, 1 if writing
-    failed."""
-    folder = run_conversion(lambda: convert(args.model, args.output, args.language, overwrite=args.overwrite,
-                                            repo_id=args.repo_id, report=print), args.output)
-    if isinstance(folder, int):
-        return folder
-    print(f"converted {args.model} -> {folder}")
-    return 0

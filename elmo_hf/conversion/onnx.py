@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .configuration_elmo import ElmoConfig
-from .modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoPreTrainedModel
+from ..configuration_elmo import ElmoConfig
+from ..modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoPreTrainedModel
 
 # ONNX opset of the exported graph: 18 is the exporter's own default in torch 2.13, has every operator the graph uses
 # (Scan, Conv, Gemm, ScatterElements, ...) and runs in onnxruntime 1.14 and later.
@@ -210,24 +210,3 @@ def export_onnx(
     return destination, largest
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `elmo-hf export-onnx` options."""
-    parser.add_argument("folder", help="a converted (elmo-hf convert) or saved (save_pretrained) model folder")
-    parser.add_argument(
-        "--task", choices=list(MODEL_CLASSES), help="what to export (default: the folder's own architecture)"
-    )
-    parser.add_argument(
-        "--lstm-state", action="store_true", help="add lstm_state inputs and outputs (base model, stateful use)"
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing onnx/model.onnx")
-
-
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf export-onnx`: 0 on success, 2 when the folder cannot be exported or the check fails."""
-    try:
-        path, difference = export_onnx(args.folder, args.task, args.lstm_state, args.overwrite)
-    except ExportError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"exported {args.folder} -> {path} (opset {ONNX_OPSET}; onnxruntime vs eager: max abs diff {difference:.2g})")
-    return 0

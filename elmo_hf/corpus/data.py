@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import IterableDataset
 
-from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
+from ..tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
 
 UNKNOWN_WORD = "<UNK>"
 # The first lines of every vocabulary file, in the original's order: ids 0, 1, 2.

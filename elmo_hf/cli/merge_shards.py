@@ -18,7 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from .embed import EmbedError, merge_shards
+from ..corpus.embed import EmbedError, merge_shards
+from . import run_subcommand
+
+SUMMARY = "merge the shards of an `elmo-hf embed` run under torchrun"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,3 +40,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 1
     print(f"merged {world_size} shards into {output}", file=sys.stderr)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs this command on `argv` (default: the command line)."""
+    return run_subcommand(__name__.rsplit('.', 1)[-1].replace('_', '-'), argv)

@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from .configuration_elmo import ElmoConfig
-from .data_elmo import (
+from ..configuration_elmo import ElmoConfig
+from .data import (
     DECODING_ERRORS,
     VOCABULARY_FILE,
     CorpusError,
@@ -39,7 +39,7 @@ from .data_elmo import (
     check_corpus,
     load_sentences,
 )
-from .modeling_elmo import ElmoForPreTraining
+from ..modeling_elmo import ElmoForPreTraining
 from .pretraining import PreTrainingError, corpus_perplexity
 
 
@@ -107,39 +107,6 @@ def perplexity(args: argparse.Namespace) -> dict:
     result["words"] = sum(len(sentence["words"]) for sentence in sentences)
     result["files"] = [str(path) for path in args.text]
     return result
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `elmo-hf perplexity` options."""
-    parser.add_argument("--model", required=True, help="pretraining folder (written by `elmo-hf pretrain`)")
-    parser.add_argument("--text", nargs="+", required=True, help="text files, one sentence per line")
-    parser.add_argument("--vocab", help="vocab.txt of the model's softmax (default: the one in --model)")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
-    parser.add_argument("--max-words", type=int, default=100, help="longer lines are split into pieces of this many")
-    parser.add_argument("--errors", choices=DECODING_ERRORS, default="strict", help="non-UTF-8 bytes: error or U+FFFD")
-    parser.add_argument("--threads", type=int, help="CPU threads (default: torch's choice)")
-    parser.add_argument("--json", help="also write the result to this JSON file")
-
-
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf perplexity`: 0 on success, 2 for bad input."""
-    if args.batch_size < 1 or args.max_words < 1:
-        parser.error("--batch-size and --max-words must be positive.")
-    try:
-        result = perplexity(args)
-    except (CorpusError, PreTrainingError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(
-        f"forward perplexity  {result['forward_perplexity']:.3f}\n"
-        f"backward perplexity {result['backward_perplexity']:.3f}\n"
-        f"mean loss           {result['loss']:.6f}  (nats per prediction, mean of the two directions)\n"
-        f"predictions         {result['predictions']} per direction (every word and every sentence's end)\n"
-        f"words               {result['words']}"
-    )
-    if args.json is not None:
-        write_json(result, Path(args.json))
-    return 0
 
 
 __all__ = ["load_pretraining_model", "perplexity"]

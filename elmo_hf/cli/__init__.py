@@ -1,0 +1,76 @@
+# Copyright 2026 The elmo-hf Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The `elmo-hf` command line: `elmo-hf COMMAND [options]`.
+
+This package is the command layer only: each command is a module of it that parses its options (`add_arguments`)
+and calls a typed function of the library (`elmo_hf.corpus`, `elmo_hf.conversion`) in `run`. Every command follows
+one exit-status rule, stated in `elmo-hf --help`: 0 success; 2 input or options unusable (one `error:` line, nothing
+written); 1 a failure while running (one `error:` line saying what was kept); 130 interrupted.
+"""
+
+import argparse
+import sys
+
+EXIT_STATUS = """exit status: 0 success; 2 input or options unusable (nothing written); 1 a failure while running (what
+was completed is kept, as the error says); 130 interrupted."""
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default only where it has one (not for flags and options that default to None)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def run_subcommand(name: str, argv: list[str] | None = None) -> int:
+    """Parse `argv` (default: the command line after the command) for command `name` and run it."""
+    module = COMMANDS[name]
+    parser = argparse.ArgumentParser(
+        prog=f"elmo-hf {name}", description=module.SUMMARY, epilog=EXIT_STATUS, formatter_class=HelpFormatter
+    )
+    module.add_arguments(parser)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return module.run(args, parser)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `elmo-hf` console command."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        width = max(map(len, COMMANDS))
+        lines = [f"  {name:<{width}}  {module.SUMMARY}" for name, module in COMMANDS.items()]
+        print("usage: elmo-hf COMMAND [options]   (elmo-hf COMMAND --help for its options)\n", *lines, "",
+              EXIT_STATUS, sep="\n")
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"\nerror: unknown command {argv[0]!r}", file=sys.stderr)
+            return 2
+        return 0 if argv else 2
+    return run_subcommand(argv[0], argv[1:])
+
+
+# The commands, imported after `run_subcommand`, which each module's `main` calls.
+from . import convert, convert_manylangs, embed, export, export_onnx, merge_shards, perplexity, pretrain  # noqa: E402
+
+COMMANDS = {
+    "convert": convert,
+    "convert-manylangs": convert_manylangs,
+    "export": export,
+    "pretrain": pretrain,
+    "perplexity": perplexity,
+    "export-onnx": export_onnx,
+    "embed": embed,
+    "merge-shards": merge_shards,
+}
