@@ -22,6 +22,8 @@ written); 1 a failure while running (one `error:` line saying what was kept); 13
 import argparse
 import sys
 
+from ..errors import ElmoInputError, ElmoRunError
+
 EXIT_STATUS = """exit status: 0 success; 2 input or options unusable (nothing written); 1 a failure while running (what
 was completed is kept, as the error says); 130 interrupted."""
 
@@ -41,9 +43,16 @@ def run_subcommand(name: str, argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=f"elmo-hf {name}", description=module.SUMMARY, epilog=EXIT_STATUS, formatter_class=HelpFormatter
     )
-    module.add_arguments(parser)
+    module.add_arguments(parser)  # `run` raises ElmoInputError / ElmoRunError for the exit statuses 2 / 1
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    return module.run(args, parser)
+    try:
+        return module.run(args, parser)
+    except ElmoInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ElmoRunError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
