@@ -58,10 +58,15 @@ def run_subcommand(name: str, argv: list[str] | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `elmo-hf` console command."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--version"]:
+        from .. import __version__
+
+        print(f"elmo-hf {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         width = max(map(len, COMMANDS))
         lines = [f"  {name:<{width}}  {module.SUMMARY}" for name, module in COMMANDS.items()]
-        print("usage: elmo-hf COMMAND [options]   (elmo-hf COMMAND --help for its options)\n", *lines, "",
+        print("usage: elmo-hf COMMAND [options]   (elmo-hf COMMAND --help for its options; elmo-hf --version)\n", *lines, "",
               EXIT_STATUS, sep="\n")
         if argv and argv[0] not in ("-h", "--help"):
             print(f"\nerror: unknown command {argv[0]!r}", file=sys.stderr)
