@@ -13,28 +13,49 @@
 # limitations under the License.
 """ELMo for Hugging Face transformers; importing the package registers it with the Auto classes."""
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForPreTraining,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-)
+import logging
+from contextlib import contextmanager
 
-from .configuration_elmo import ElmoConfig
-from .modeling_elmo import (
-    ElmoForPreTraining,
-    ElmoForPreTrainingOutput,
-    ElmoForSequenceClassification,
-    ElmoForTokenClassification,
-    ElmoModel,
-    ElmoModelOutput,
-    ElmoPreTrainedModel,
-    ElmoScalarMix,
-)
-from .packaged_elmo import DEFAULT_MODEL, packaged_model_path, packaged_models, resolve_model_name
-from .tokenization_elmo import ElmoTokenizer
+
+@contextmanager
+def _quiet_dependency_imports():
+    """Silences, while the package imports transformers' model classes, what optional dependencies log at their own
+    import and cannot act on: torchao's failed loads of native kernels for other Pythons and GPUs, and torch's
+    deprecation notes on the pytree registrations torchao makes. The loggers' levels are restored afterwards."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+with _quiet_dependency_imports():
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForPreTraining,
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+    )
+
+    from .configuration_elmo import ElmoConfig
+    from .modeling_elmo import (
+        ElmoForPreTraining,
+        ElmoForPreTrainingOutput,
+        ElmoForSequenceClassification,
+        ElmoForTokenClassification,
+        ElmoModel,
+        ElmoModelOutput,
+        ElmoPreTrainedModel,
+        ElmoScalarMix,
+    )
+    from .packaged_elmo import DEFAULT_MODEL, packaged_model_path, packaged_models, resolve_model_name
+    from .tokenization_elmo import ElmoTokenizer
 
 AUTO_CLASSES = {
     AutoModel: ElmoModel,

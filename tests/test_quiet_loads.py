@@ -37,3 +37,24 @@ def test_loading_a_base_checkpoint_and_a_head_prints_at_most_one_line(converted)
     lines = [line for line in printed.replace("\r", "\n").splitlines() if line.strip()]
     assert len(lines) == 1, lines
     assert "ElmoForTokenClassification: new task layers (classifier, scalar_mix)" in lines[0]
+
+
+def test_importing_the_package_and_the_command_line_prints_nothing():
+    """With every test extra installed (torchao among them), `import elmo_hf` and `elmo-hf --version` print nothing
+    but the version: optional dependencies' import-time notes are silenced, and the loggers' levels restored."""
+    code = textwrap.dedent(
+        """
+        import logging
+        import elmo_hf
+        from elmo_hf.cli import main
+
+        assert logging.getLogger("torchao").level == logging.NOTSET
+        main(["--version"])
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout, result.stderr) == (f"elmo-hf {__import__('elmo_hf').__version__}\n", "")
