@@ -90,7 +90,7 @@ def test_resume_skips_a_checkpoint_cut_short_while_saving_and_names_it(corpus, t
     for name in ("config.json", "model.safetensors"):  # the kill came before the model was written
         (killed / name).unlink()
     cut = killed / "checkpoint-4"
-    (cut / "pretraining_run.json").unlink(missing_ok=True)  # Trainer was still writing: no run record, a truncated state
+    (cut / "pretraining_run.json").unlink(missing_ok=True)  # Trainer was still writing: no record, a cut state
     (cut / "trainer_state.json").write_text('{"global_st')
     capsys.readouterr()
     assert run("pretrain", *flags, "--output", killed, "--resume") == 0

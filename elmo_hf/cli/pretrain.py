@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--min-count", type=int, default=1, help="keep words seen at least this often")
     data.add_argument("--max-words", type=int, default=100, help="longer lines are split into pieces of this many")
     data.add_argument("--errors", choices=DECODING_ERRORS, default="strict", help="non-UTF-8 bytes: error or U+FFFD")
-    data.add_argument("--streaming", action="store_true", help="stream --train (larger than memory; needs --max-steps)")
+    data.add_argument("--streaming", action="store_true",
+                      help="stream --train (larger than memory; needs --max-steps)")
     model = parser.add_argument_group("model")
     model.add_argument("--architecture", choices=sorted(PRESETS),
                        help=f"architecture of a new model (default: {DEFAULT_ARCHITECTURE}); not with --model")
@@ -59,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--gradient-accumulation-steps", type=int, default=1, help="batches per optimizer step")
     train.add_argument("--learning-rate", type=float, default=2e-3, help="peak learning rate")
     train.add_argument("--optimizer", default="adamw_torch", metavar="NAME",
-                       help="a Trainer optim (adamw_torch, sgd, adafactor, ...) or adagrad, the original's (accumulators from 1)")
+                       help="a Trainer optim (adamw_torch, sgd, adafactor, ...) or adagrad, the original's "
+                       "(accumulators from 1)")
     train.add_argument("--lr-scheduler", default="constant", choices=SCHEDULERS, metavar="NAME",
                        help=f"learning-rate schedule: {', '.join(SCHEDULERS)}")
     train.add_argument("--warmup-steps", type=int, default=0, help="steps of linear warm-up")

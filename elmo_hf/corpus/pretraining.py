@@ -40,7 +40,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SchedulerType
@@ -56,7 +55,6 @@ from ..tokenization_elmo import ElmoTokenizer
 from .data import (
     DECODING_ERRORS,
     VOCABULARY_FILE,
-    CorpusError,
     DataCollatorForElmoPreTraining,
     ElmoTextDataset,
     ElmoWordVocabulary,
@@ -97,6 +95,12 @@ _CHECKPOINT = re.compile(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)")
 _TRAINER_FILES = ("config.json", "model.safetensors", "trainer_state.json", "optimizer.pt", "scheduler.pt")
 # Trainer's pickled arguments: kept in checkpoints (Trainer's own format), never in the finished model folder.
 _TRAINING_ARGS_FILE = "training_args.bin"
+# Names a finished model folder may hold (the remote code: the flat files of the package that travel with it); the
+# files actually written are checked again before they are moved into OUTPUT.
+_MODEL_FILE_NAMES = {
+    RUN_FILE, "config.json", "model.safetensors", VOCABULARY_FILE, LOG_FILE, "tokenizer_config.json",
+    "special_tokens_map.json", *(path.name for path in Path(__file__).resolve().parents[1].glob("*.py")),
+}
 OPTIMIZERS = tuple(name.value for name in OptimizerNames)
 SCHEDULERS = tuple(name.value for name in SchedulerType)
 
@@ -262,11 +266,13 @@ def checkpoint_problem(folder: Path, run_id: str) -> str | None:
             return f"damaged ({name} is missing or of another size than when it was saved)"
     if read_json(folder / "trainer_state.json") is None:
         return "damaged (trainer_state.json is not readable)"
+    weights_file = folder / "model.safetensors"
+    with weights_file.open("rb") as weights:  # 8 bytes: the length of the JSON header that follows
+        header = weights.read(min(int.from_bytes(weights.read(8), "little"), weights_file.stat().st_size))
     try:
-        with safe_open(folder / "model.safetensors", "pt") as weights:
-            weights.keys()
-    except Exception:  # safetensors raises its own error types for a damaged header
-        return "damaged (model.safetensors is not readable)"
+        json.loads(header)
+    except ValueError:
+        return "damaged (model.safetensors has no readable header)"
     return None
 
 
@@ -433,8 +439,7 @@ class OutputFolder:
                 "pass --overwrite to write the model beside its files (none of them is ever replaced)."
             )
         clashes = [name for name in contents if _CHECKPOINT.fullmatch(name) or name.startswith(PREVIOUS_RUN_PREFIX)
-                   or name in (RUN_FILE, "config.json", "model.safetensors", VOCABULARY_FILE, LOG_FILE,
-                               "tokenizer_config.json", "special_tokens_map.json")]
+                   or name in _MODEL_FILE_NAMES]
         if clashes:
             raise PreTrainingError(
                 f"--output {path} holds {', '.join(clashes)}, which elmo-hf pretrain would write, and was not made by "
@@ -561,6 +566,8 @@ def pretrain(
     checkpoint.
     """
     check_options(locals())
+    if resume and overwrite:
+        raise PreTrainingError("--resume and --overwrite exclude each other: continue the run, or start it again.")
     if streaming and max_steps <= 0:
         raise PreTrainingError("--streaming reads the text as a stream of unknown length: give --max-steps.")
     if model is not None and architecture is not None:
@@ -587,8 +594,8 @@ def pretrain(
         vocabulary = ElmoWordVocabulary.load(resume_from)
         if vocab is not None and ElmoWordVocabulary.load(vocab) != vocabulary:
             raise PreTrainingError(
-                f"--vocab {vocab} differs from the vocabulary of the run being resumed ({resume_from / VOCABULARY_FILE}"
-                "); leave out --vocab to resume, or train again with --overwrite."
+                f"--vocab {vocab} differs from the vocabulary of the run being resumed "
+                f"({resume_from / VOCABULARY_FILE}); leave out --vocab to resume, or train again with --overwrite."
             )
     else:
         vocabulary = choose_vocabulary(train, vocab and Path(vocab), model, new_softmax, vocab_size, min_count, errors)
@@ -617,7 +624,9 @@ def pretrain(
             )
     eval_sentences = load_sentences([validation], errors=errors) if validation is not None else None
     if eval_sentences is not None and len(eval_sentences) < world_size:
-        raise PreTrainingError(f"--validation has {len(eval_sentences)} sentences, fewer than the {world_size} processes.")
+        raise PreTrainingError(
+            f"--validation has {len(eval_sentences)} sentences, fewer than the {world_size} processes."
+        )
 
     evaluating = eval_sentences is not None and eval_steps > 0
     training_args = TrainingArguments(
