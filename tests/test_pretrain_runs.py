@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_pretraining import one_thread  # noqa: F401  (autouse: tiny products run on one thread)
 from transformers import Trainer, TrainingArguments
 
 from elmo_hf import ElmoForPreTraining
@@ -24,15 +25,6 @@ from elmo_hf.corpus.pretraining import ElmoPreTrainer, model_perplexity, pretrai
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--lstm-dim", "8", "--projection-dim", "4", "--filters", "1:4,2:4", "--num-highway-layers", "1"]
 TEXT = "the cat sat on the mat\na dog barked at the cat\nthe mat was red\na cat and a dog\n" * 6
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny products: one thread avoids OpenMP spin-waiting on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture
@@ -293,3 +285,10 @@ def test_pretrain_and_corpus_perplexity_are_typed_functions_without_argparse(cor
     assert math.isclose(result["loss"], metrics["eval_loss"], rel_tol=1e-6)
     for module in ("pretraining", "perplexity", "data"):
         assert "argparse" not in (ROOT / "elmo_hf" / "corpus" / f"{module}.py").read_text()
+
+
+def test_perplexity_takes_a_packaged_model_by_its_name_offline(corpus, capsys):
+    """Issue 26 item 1: `--model elmo-en-mini` is the packaged model (here refused at once: it ships no softmax),
+    not a Hub repository asked for."""
+    assert run("perplexity", "--model", "elmo-en-mini", "--text", corpus) == 2
+    assert re.search("elmo-en-mini/vocab.txt: perplexity needs a pretraining folder", error_line(capsys))
