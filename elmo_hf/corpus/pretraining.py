@@ -455,6 +455,8 @@ class OutputFolder:
     def start(self, resume: bool, report: Callable[[str], None]) -> str:
         """Prepares the folder for this run and returns its run id (the recorded one where `resume`)."""
         if resume:
+            for leftover in self.path.glob(f"{_FINAL_STAGING_PREFIX}*"):  # a model save of this run cut short
+                shutil.rmtree(leftover, ignore_errors=True)
             return self.record["run_id"]
         created = [folder for folder in (self.path, *self.path.parents) if not folder.exists()]
         try:
@@ -484,8 +486,8 @@ class OutputFolder:
     def save_model(self, trainer: ElmoPreTrainer, vocabulary: ElmoWordVocabulary) -> None:
         """Writes the model folder into a staging folder, then moves its files into OUTPUT, `config.json` last.
 
-        Only safetensors, JSON and text files, with the umask's permissions; a file of OUTPUT that this run's record
-        does not list as its own is never replaced.
+        Safetensors, JSON and text files and the remote code, with the umask's permissions (no pickle); a file of
+        OUTPUT that this run's record does not list as its own is never replaced.
         """
         staging = Path(tempfile.mkdtemp(prefix=_FINAL_STAGING_PREFIX, dir=self.path))
         try:
