@@ -175,6 +175,8 @@ def test_resume_keeps_the_runs_vocabulary_when_the_text_changed(corpus, tmp_path
     (tmp_path / "vocab.txt").rename(other)
     assert run("pretrain", *flags, "--max-steps", "4", "--resume", "--vocab", other) == 2
     assert "differs from the vocabulary of the run being resumed" in error_line(capsys)
+    assert run("pretrain", *flags, "--max-steps", "4", "--resume", "--optimizer", "sgd") == 2  # not its state's
+    assert "trains with --optimizer adamw_torch, whose state its checkpoints hold" in error_line(capsys)
     assert run("pretrain", *flags, "--max-steps", "4", "--resume") == 0
     assert ElmoWordVocabulary.load(output) == vocabulary == ElmoWordVocabulary.load(output / "checkpoint-4")
 

@@ -452,8 +452,9 @@ class OutputFolder:
         if not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
             raise PreTrainingError(f"--output {self.path} cannot be written ({existing} is not a writable folder).")
 
-    def start(self, resume: bool, report: Callable[[str], None]) -> str:
-        """Prepares the folder for this run and returns its run id (the recorded one where `resume`)."""
+    def start(self, resume: bool, optimizer: str, report: Callable[[str], None]) -> str:
+        """Prepares the folder for this run and returns its run id (the recorded one where `resume`); the record
+        keeps the optimizer, whose state a resumed run loads."""
         if resume:
             for leftover in self.path.glob(f"{_FINAL_STAGING_PREFIX}*"):  # a model save of this run cut short
                 shutil.rmtree(leftover, ignore_errors=True)
@@ -463,14 +464,14 @@ class OutputFolder:
             self.path.mkdir(parents=True, exist_ok=True)
             if self.record is not None:
                 self.set_aside(report)
-            run_id = secrets.token_hex(8)
-            write_json_atomically({"run_id": run_id, "model_files": []}, self.path / RUN_FILE)
+            record = {"run_id": secrets.token_hex(8), "optimizer": optimizer, "model_files": []}
+            write_json_atomically(record, self.path / RUN_FILE)
         except OSError as error:
             for folder in created:
                 shutil.rmtree(folder, ignore_errors=True)
             raise PreTrainingError(f"--output {self.path} cannot be written: {error}") from None
-        self.record = {"run_id": run_id, "model_files": []}
-        return run_id
+        self.record = record
+        return record["run_id"]
 
     def set_aside(self, report: Callable[[str], None]) -> None:
         """Moves the previous run's checkpoints, model files and record into `previous-run-ID` (never deletes)."""
@@ -591,6 +592,12 @@ def pretrain(
                 f"{folder.record.get('run_id')}" + (f" (skipped {'; '.join(skipped)})" if skipped else "")
                 + "; train again with --overwrite."
             )
+        if folder.record.get("optimizer", optimizer) != optimizer:
+            raise PreTrainingError(
+                f"--resume: the run in {folder.path} trains with --optimizer {folder.record['optimizer']}, whose state "
+                f"its checkpoints hold; --optimizer {optimizer} cannot continue it. Give --optimizer "
+                f"{folder.record['optimizer']}, or train again with --overwrite."
+            )
         for line in skipped:
             report(f"--resume: skipped {line}")
         vocabulary = ElmoWordVocabulary.load(resume_from)
@@ -662,7 +669,7 @@ def pretrain(
         use_cpu=not torch.cuda.is_available(),
     )
     with training_args.main_process_first(local=False):  # process 0 prepares OUTPUT, the others then read its id
-        run_id = folder.start(resume, report) if training_args.process_index == 0 else None
+        run_id = folder.start(resume, optimizer, report) if training_args.process_index == 0 else None
     run_id = run_id or OutputFolder(folder.path).record["run_id"]
     collator = DataCollatorForElmoPreTraining(vocabulary, pretraining_model.config.max_characters_per_token, max_words)
     # The original's Adagrad starts every accumulator at 1, which Trainer's "adagrad" cannot set.
