@@ -215,6 +215,9 @@ def unwritable(tmp_path: Path) -> Path:
         (["--optimizer", "bogus"], "--optimizer 'bogus': must be a Trainer optimizer name"),
         (["--threads", "0"], "--threads 0: must be a positive integer"),
         (["--streaming"], "--streaming reads the text as a stream of unknown length: give --max-steps"),
+        (["--filters", ""], "--filters '': give"),
+        (["--model", "elmo-en-mini"], "--lstm-dim, --projection-dim, --num-highway-layers, --filters and --model "
+                                      "exclude each other"),
         (["non-UTF-8 vocab"], "vocabulary file .*vocab.txt: bytes at 4 are not UTF-8"),
         (["unwritable output"], "--output .* cannot be written"),
     ],

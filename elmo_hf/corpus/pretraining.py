@@ -573,8 +573,14 @@ def pretrain(
         raise PreTrainingError("--resume and --overwrite exclude each other: continue the run, or start it again.")
     if streaming and max_steps <= 0:
         raise PreTrainingError("--streaming reads the text as a stream of unknown length: give --max-steps.")
-    if model is not None and architecture is not None:
-        raise PreTrainingError("--architecture and --model exclude each other: the model fixes the architecture.")
+    sizes = dict(lstm_dim=lstm_dim, projection_dim=projection_dim, num_layers=num_layers,
+                 num_highway_layers=num_highway_layers, filters=None if filters is None else parse_filters(filters))
+    given = [f"--{name.replace('_', '-')}" for name, value in sizes.items() if value is not None]
+    if model is not None and (architecture is not None or given):
+        raise PreTrainingError(
+            f"{', '.join(given or ['--architecture'])} and --model exclude each other: the model fixes the "
+            "architecture."
+        )
     train = check_corpus(train)
     validation = check_corpus([validation])[0] if validation is not None else None
     model = Path(resolve_model_name(str(model))) if model is not None else None
@@ -613,8 +619,6 @@ def pretrain(
         torch.set_num_threads(threads)
     set_seed(seed)  # the same initial weights in every process and every run with this seed
     options = dict(softmax_type=softmax, softmax_num_samples=num_samples, pretraining_dropout=dropout)
-    sizes = dict(lstm_dim=lstm_dim, projection_dim=projection_dim, num_layers=num_layers,
-                 num_highway_layers=num_highway_layers, filters=filters and parse_filters(filters))
     config = None if model is not None else build_config(architecture or DEFAULT_ARCHITECTURE, len(vocabulary),
                                                          sizes, softmax, num_samples, dropout)
     pretraining_model = load_model(model, vocabulary, config, options)
