@@ -7,6 +7,10 @@ import json
 import math
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,6 +91,25 @@ def test_resume_skips_a_checkpoint_cut_short_while_saving_and_names_it(corpus, t
     capsys.readouterr()
     assert run("pretrain", *flags, "--output", killed, "--resume") == 0
     assert re.search(r"--resume: skipped checkpoint-4: incomplete", capsys.readouterr().err)
+    torch.testing.assert_close(weights(killed), weights(tmp_path / "whole"))
+
+
+def test_a_run_killed_while_it_saves_resumes_to_the_uninterrupted_result(corpus, tmp_path):
+    """A real SIGKILL once the first checkpoint is complete (the run is then saving a checkpoint at every step):
+    `--resume` ends with the weights of the run that was never stopped."""
+    flags = ["--train", str(corpus), *TINY, "--batch-size", "4", "--save-steps", "1", "--max-steps", "30",
+             "--dropout", "0", "--no-progress"]
+    assert run("pretrain", *flags[:-1], "--output", tmp_path / "whole") == 0
+    killed = tmp_path / "killed"
+    command = [sys.executable, "-m", "elmo_hf.cli", "pretrain", *flags, "--output", str(killed)]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while process.poll() is None and not list(killed.glob("checkpoint-*/pretraining_run.json")):
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed / "config.json").exists(), "the run ended before it was killed"
+    assert run("pretrain", *flags[:-1], "--output", killed, "--resume") == 0
     torch.testing.assert_close(weights(killed), weights(tmp_path / "whole"))
 
 
