@@ -406,7 +406,7 @@ def adapt(args: argparse.Namespace) -> None:
         partial = path.with_suffix(".partial")
         partial.write_text(contents[split], encoding="utf-8")
         partial.replace(path)
-    command = ["elmo-hf", "pretrain", "--from-pretrained", args.model, "--train", str(texts["train"]),
+    command = ["elmo-hf", "pretrain", "--model", args.model, "--train", str(texts["train"]),
                "--validation", str(texts["dev"]), "--output", str(args.output),
                "--learning-rate", str(args.learning_rate), "--lr-scheduler", "linear", "--warmup-steps", "50",
                "--dropout", "0.1", "--batch-size", "32", "--threads", str(args.threads), "--no-progress",

@@ -1,4 +1,4 @@
-"""Runs `elmo-hf pretrain` with the given options and saves this process's final weights (for the torchrun test).
+"""Runs `pretrain` with the given `elmo-hf pretrain` options and saves this process's final weights (for the torchrun test).
 
     python tests/pretrain_probe.py WEIGHTS_DIR [pretrain options]   ->   WEIGHTS_DIR/rank{RANK}.pt
 """
@@ -17,9 +17,7 @@ from elmo_hf.corpus import pretraining  # noqa: E402
 
 parser = argparse.ArgumentParser()
 command.add_arguments(parser)
-args = parser.parse_args(sys.argv[2:])
-args.architecture_given, args.architecture = args.architecture is not None, args.architecture or "ptb"
-trainer, _ = pretraining.pretrain(args)
+trainer, _ = pretraining.pretrain(**command.pretrain_options(parser.parse_args(sys.argv[2:]), parser))
 state = trainer.accelerator.unwrap_model(trainer.model).state_dict()
 torch.save({name: tensor.detach().clone() for name, tensor in state.items()},
            Path(sys.argv[1]) / f"rank{os.environ.get('RANK', 'single')}.pt")

@@ -24,7 +24,7 @@ from elmo_hf.corpus.data import (
     load_sentences,
     read_sentences,
 )
-from elmo_hf.corpus.pretraining import corpus_perplexity
+from elmo_hf.corpus.pretraining import model_perplexity
 from transformers import AutoModelForPreTraining
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def test_loss_and_perplexity_equal_the_mean_token_nll_computed_independently():
     assert math.isclose(output.loss, (nll["forward"] + nll["backward"]) / 2, rel_tol=1e-5)
     # the corpus perplexity weights batches by their predictions: two batches give the one-batch result
     batches = [collator(sentences[:1]), collator(sentences[1:])]
-    result = corpus_perplexity(model, batches)
+    result = model_perplexity(model, batches)
     assert math.isclose(result["forward_perplexity"], math.exp(nll["forward"]), rel_tol=1e-5)
     assert math.isclose(result["backward_perplexity"], math.exp(nll["backward"]), rel_tol=1e-5)
     assert result["predictions"] == 10
@@ -239,7 +239,9 @@ def test_resume_continues_the_same_run(ptb_slice, tmp_path):
     assert pretrain(*flags, "--output", tmp_path / "whole") == 0
     stopped = tmp_path / "stopped"
     stopped.mkdir()
-    shutil.copytree(tmp_path / "whole" / "checkpoint-3", stopped / "checkpoint-3")
+    shutil.copytree(tmp_path / "whole" / "checkpoint-3", stopped / "checkpoint-3")  # as a run killed after step 3
+    run_id = json.loads((tmp_path / "whole" / "pretraining_run.json").read_text())["run_id"]
+    (stopped / "pretraining_run.json").write_text(json.dumps({"run_id": run_id, "model_files": []}))
     assert pretrain(*flags, "--output", stopped, "--resume") == 0
     whole, resumed = (json.loads((tmp_path / name / "training_log.json").read_text()) for name in ("whole", "stopped"))
     losses = [[entry["loss"] for entry in log if "loss" in entry] for log in (whole, resumed)]
@@ -255,7 +257,7 @@ def test_resume_continues_the_same_run(ptb_slice, tmp_path):
 
 def test_domain_adaptation_starts_from_a_converted_biLM(converted, ptb_slice, tmp_path):
     output = tmp_path / "adapted"
-    assert pretrain("--train", ptb_slice["train"], "--output", output, "--from-pretrained", converted["allennlp"],
+    assert pretrain("--train", ptb_slice["train"], "--output", output, "--model", converted["allennlp"],
                     "--max-steps", "1", "--learning-rate", "0", "--batch-size", "4") == 0
     torch.testing.assert_close(
         ElmoModel.from_pretrained(output).state_dict(), ElmoModel.from_pretrained(converted["allennlp"]).state_dict()
@@ -263,7 +265,7 @@ def test_domain_adaptation_starts_from_a_converted_biLM(converted, ptb_slice, tm
     # the adapted folder's vocabulary is reused by the next adaptation; another vocabulary must be asked for
     other = tmp_path / "vocab.txt"
     other.write_text("</S>\n<S>\n<UNK>\nonly\n", encoding="utf-8")
-    args = ["--train", ptb_slice["train"], "--from-pretrained", output, "--max-steps", "1", "--batch-size", "4"]
+    args = ["--train", ptb_slice["train"], "--model", output, "--max-steps", "1", "--batch-size", "4"]
     assert pretrain(*args, "--output", tmp_path / "again", "--vocab", other) == 2
     assert pretrain(*args, "--output", tmp_path / "again", "--vocab", other, "--new-softmax") == 0
     assert ElmoForPreTraining.from_pretrained(tmp_path / "again").softmax.out_features == 4
@@ -271,7 +273,7 @@ def test_domain_adaptation_starts_from_a_converted_biLM(converted, ptb_slice, tm
 
 def test_domain_adaptation_of_the_packaged_model_by_its_name(ptb_slice, tmp_path):
     output = tmp_path / "adapted"
-    assert pretrain("--train", ptb_slice["train"], "--output", output, "--from-pretrained", "elmo-en-mini",
+    assert pretrain("--train", ptb_slice["train"], "--output", output, "--model", "elmo-en-mini",
                     "--max-steps", "1", "--learning-rate", "0", "--batch-size", "4") == 0
     torch.testing.assert_close(
         ElmoModel.from_pretrained(output).state_dict(), ElmoModel.from_pretrained("elmo-en-mini").state_dict()

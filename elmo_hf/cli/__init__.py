@@ -32,7 +32,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows an option's default only where it has one (not for flags and options that default to None)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default in (None, False, argparse.SUPPRESS):
+        if any(action.default is value for value in (None, False, argparse.SUPPRESS)):  # 0 is a default
             return action.help
         return super()._get_help_string(action)
 

@@ -14,12 +14,9 @@
 """`elmo-hf perplexity`: each direction's perplexity of a pretraining folder's biLM on text files."""
 
 import argparse
-import sys
-from pathlib import Path
 
-from ..corpus.data import DECODING_ERRORS, CorpusError
-from ..corpus.perplexity import perplexity, write_json
-from ..corpus.pretraining import PreTrainingError
+from ..corpus.data import DECODING_ERRORS
+from ..corpus.perplexity import corpus_perplexity
 from . import run_subcommand
 
 SUMMARY = "each direction's perplexity of a pretraining folder's biLM on text files"
@@ -34,18 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-words", type=int, default=100, help="longer lines are split into pieces of this many")
     parser.add_argument("--errors", choices=DECODING_ERRORS, default="strict", help="non-UTF-8 bytes: error or U+FFFD")
     parser.add_argument("--threads", type=int, help="CPU threads (default: torch's choice)")
-    parser.add_argument("--json", help="also write the result to this JSON file")
+    parser.add_argument("--json", help="also write the result to this JSON file (default: none)")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf perplexity`: 0 on success, 2 for bad input."""
-    if args.batch_size < 1 or args.max_words < 1:
-        parser.error("--batch-size and --max-words must be positive.")
-    try:
-        result = perplexity(args)
-    except (CorpusError, PreTrainingError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    """`elmo-hf perplexity`: 0 on success, 2 for unusable input or options, 1 where the result cannot be written."""
+    result = corpus_perplexity(args.model, args.text, vocab=args.vocab, batch_size=args.batch_size,
+                               max_words=args.max_words, errors=args.errors, threads=args.threads,
+                               json_output=args.json)
     print(
         f"forward perplexity  {result['forward_perplexity']:.3f}\n"
         f"backward perplexity {result['backward_perplexity']:.3f}\n"
@@ -53,8 +46,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         f"predictions         {result['predictions']} per direction (every word and every sentence's end)\n"
         f"words               {result['words']}"
     )
-    if args.json is not None:
-        write_json(result, Path(args.json))
     return 0
 
 

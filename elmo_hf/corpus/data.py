@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import IterableDataset
 
+from ..errors import ElmoInputError
 from ..tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
 
 UNKNOWN_WORD = "<UNK>"
@@ -35,7 +36,7 @@ VOCABULARY_FILE = "vocab.txt"
 DECODING_ERRORS = ("strict", "replace")
 
 
-class CorpusError(ValueError):
+class CorpusError(ElmoInputError):
     """A corpus or vocabulary cannot be used; the message names the file (and line) and what to do."""
 
 
@@ -146,7 +147,12 @@ class ElmoWordVocabulary:
             path = path / VOCABULARY_FILE
         if not path.is_file():
             raise CorpusError(f"vocabulary file not found: {path}")
-        return cls(path.read_text(encoding="utf-8").split("\n")[:-1])
+        try:
+            return cls(path.read_text(encoding="utf-8").split("\n")[:-1])
+        except UnicodeDecodeError as error:
+            raise CorpusError(
+                f"vocabulary file {path}: bytes at {error.start} are not UTF-8; a vocab.txt is UTF-8, one word a line."
+            ) from None
 
 
 class ElmoTextDataset(IterableDataset):

@@ -15,32 +15,30 @@
 
     elmo-hf perplexity --model elmo-ptb --text ptb.test.txt [--json test-perplexity.json]
 
-The model is a pretraining folder (`elmo-hf pretrain` writes one): the biLM, its word softmax and `vocab.txt`. The text
-is read as `elmo-hf pretrain` reads it (one sentence per line, empty lines skipped, long lines split).
+In Python: `corpus_perplexity("elmo-ptb", ["ptb.test.txt"])`. The model is a pretraining folder (`elmo-hf pretrain`
+writes one): the biLM, its word softmax and `vocab.txt`. The text is read as `elmo-hf pretrain` reads it (one
+sentence per line, empty lines skipped, long lines split).
 """
 
-import argparse
-import json
 import os
-import sys
-import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
 
 from ..configuration_elmo import ElmoConfig
+from ..modeling_elmo import ElmoForPreTraining
+from ..packaged_elmo import resolve_model_name
 from .data import (
     DECODING_ERRORS,
     VOCABULARY_FILE,
-    CorpusError,
     DataCollatorForElmoPreTraining,
     ElmoWordVocabulary,
     check_corpus,
     load_sentences,
 )
-from ..modeling_elmo import ElmoForPreTraining
-from .pretraining import PreTrainingError, corpus_perplexity
+from .pretraining import PreTrainingError, PreTrainingRunError, model_perplexity, write_json_atomically
 
 
 def load_pretraining_model(
@@ -62,7 +60,7 @@ def load_pretraining_model(
     if config.word_vocab_size is None:
         raise PreTrainingError(
             f"--model {folder} has no word softmax (a converted checkpoint, a plain ElmoModel or a task head): "
-            f"{needs}. Train one with `elmo-hf pretrain` (--from-pretrained {folder} to start from this biLM)."
+            f"{needs}. Train one with `elmo-hf pretrain` (--model {folder} to start from this biLM)."
         )
     if not vocabulary_file.is_file():
         raise PreTrainingError(f"no vocabulary {vocabulary_file}: {needs}; give its vocab.txt with --vocab.")
@@ -79,34 +77,53 @@ def load_pretraining_model(
     return model, vocabulary
 
 
-def write_json(result: dict, path: Path) -> None:
-    """Writes `result` to `path` atomically: a complete file or none."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, staging = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "w") as file:
-            json.dump(result, file, indent=1)
-        os.replace(staging, path)
-    except BaseException:
-        os.unlink(staging)
-        raise
+def corpus_perplexity(
+    model: str | os.PathLike,
+    text: Sequence[str | os.PathLike],
+    *,
+    vocab: str | os.PathLike | None = None,
+    batch_size: int = 32,
+    max_words: int = 100,
+    errors: str = "strict",
+    threads: int | None = None,
+    json_output: str | os.PathLike | None = None,
+) -> dict:
+    """Each direction's perplexity of pretraining folder (or packaged model name) `model` on the text files.
 
-
-def perplexity(args: argparse.Namespace) -> dict:
-    """Runs `elmo-hf perplexity`: `corpus_perplexity` of the model on the text, with the number of words."""
-    check_corpus(args.text)
-    model, vocabulary = load_pretraining_model(Path(args.model), args.vocab and Path(args.vocab))
-    sentences = load_sentences(args.text, errors=args.errors)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    Returns `model_perplexity`'s result (`loss`, `forward_perplexity`, `backward_perplexity`, `predictions`) with the
+    number of `words` and the `files`; `json_output` also gets it, written atomically. Raises `PreTrainingError` (or
+    `CorpusError`) for unusable input or options, before anything is computed or written, and `PreTrainingRunError`
+    where `json_output` cannot be written.
+    """
+    for name, value in (("batch-size", batch_size), ("max-words", max_words), ("threads", threads)):
+        if value is not None and value < 1:
+            raise PreTrainingError(f"--{name} {value}: must be a positive integer.")
+    if errors not in DECODING_ERRORS:
+        raise PreTrainingError(f"--errors {errors!r}: must be one of {', '.join(DECODING_ERRORS)}.")
+    json_output = json_output and Path(json_output)
+    if json_output is not None:
+        existing = next(folder for folder in json_output.parents if folder.exists())
+        if json_output.is_dir() or not existing.is_dir():
+            raise PreTrainingError(f"--json {json_output} cannot be written: give a file path in a folder.")
+    text = check_corpus(text)
+    folder = Path(resolve_model_name(str(model)))
+    pretraining_model, vocabulary = load_pretraining_model(folder, vocab and Path(vocab))
+    sentences = load_sentences(text, errors=errors)
+    if threads is not None:
+        torch.set_num_threads(threads)
     if torch.cuda.is_available():
-        model = model.cuda()
-    collator = DataCollatorForElmoPreTraining(vocabulary, model.config.max_characters_per_token, args.max_words)
-    batches = DataLoader(sentences, batch_size=args.batch_size, collate_fn=collator)
-    result = corpus_perplexity(model, batches)
+        pretraining_model = pretraining_model.cuda()
+    collator = DataCollatorForElmoPreTraining(vocabulary, pretraining_model.config.max_characters_per_token, max_words)
+    result = model_perplexity(pretraining_model, DataLoader(sentences, batch_size=batch_size, collate_fn=collator))
     result["words"] = sum(len(sentence["words"]) for sentence in sentences)
-    result["files"] = [str(path) for path in args.text]
+    result["files"] = [str(path) for path in text]
+    if json_output is not None:
+        try:
+            json_output.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomically(result, json_output)
+        except OSError as error:
+            raise PreTrainingRunError(f"--json {json_output} could not be written ({error}).") from None
     return result
 
 
-__all__ = ["load_pretraining_model", "perplexity"]
+__all__ = ["corpus_perplexity", "load_pretraining_model"]

@@ -11,46 +11,58 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""`elmo-hf pretrain`: pretrain a biLM on text files, or adapt a converted one to a domain, with `Trainer`.
+"""`elmo-hf pretrain`: pretrain a biLM on text files, or adapt a model to a domain, with `Trainer`.
 
     elmo-hf pretrain --train train.txt --validation valid.txt --output elmo-ptb --architecture ptb
-    elmo-hf pretrain --train domain.txt --validation held-out.txt --output elmo-adapted --from-pretrained elmo-small
+    elmo-hf pretrain --train domain.txt --validation held-out.txt --output elmo-adapted --model elmo-small
     torchrun --nproc_per_node=2 -m elmo_hf.cli pretrain ...        (one process per core or GPU; gloo on CPU)
 
-Checkpoints go to `OUTPUT/checkpoint-STEP`; `--resume` continues from the last one with the same result as a run
-that was never stopped. The finished model (config, weights, tokenizer, `vocab.txt`, training curves) is written
-into OUTPUT last, so a folder with `config.json` is complete; `examples/plot_pretraining.py OUTPUT` draws its
-loss and perplexity curves.
+In Python: `pretrain(["train.txt"], "elmo-ptb", validation="valid.txt", max_steps=100)`.
+
+A run has an id, recorded in `OUTPUT/pretraining_run.json` and in each checkpoint. Checkpoints go to
+`OUTPUT/checkpoint-STEP`; each gets the run's `vocab.txt` and, written last, a record of the run id and of its files'
+sizes, so a checkpoint cut short (a kill while saving, a full disk) is recognised as incomplete. `resume=True`
+continues from the newest complete checkpoint of this run with its vocabulary, with the same result as a run that was
+never stopped. `overwrite=True` moves the previous run's checkpoints and model into `OUTPUT/previous-run-ID`. The
+finished model (config, weights, tokenizer, `vocab.txt`, training curves; safetensors, JSON and text only) is
+written into OUTPUT last, `config.json` after the weights, so a folder with `config.json` is complete;
+`examples/plot_pretraining.py OUTPUT` draws its loss and perplexity curves.
 """
 
-import argparse
 import json
 import math
 import os
+import re
+import secrets
 import shutil
-import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
-from transformers import Trainer, TrainingArguments, set_seed
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SchedulerType
+from transformers.training_args import OptimizerNames
+from transformers.utils import logging
 
 from ..configuration_elmo import ElmoConfig
+from ..conversion.convert import _respect_umask as respect_umask
+from ..errors import ElmoInputError, ElmoRunError
+from ..modeling_elmo import ElmoForPreTraining, ElmoForPreTrainingOutput
+from ..packaged_elmo import resolve_model_name
+from ..tokenization_elmo import ElmoTokenizer
 from .data import (
     DECODING_ERRORS,
     VOCABULARY_FILE,
-    CorpusError,
     DataCollatorForElmoPreTraining,
     ElmoTextDataset,
     ElmoWordVocabulary,
     check_corpus,
     load_sentences,
 )
-from ..modeling_elmo import ElmoForPreTraining, ElmoForPreTrainingOutput
-from ..packaged_elmo import resolve_model_name
-from ..tokenization_elmo import ElmoTokenizer
+
+logger = logging.get_logger(__name__)
 
 _PUBLISHED_CNN = {"filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]}
 # Architectures by name: the three published ones, and `ptb`, small enough to train on Penn Treebank in hours of CPU.
@@ -66,16 +78,47 @@ PRESETS: dict[str, dict] = {
         num_highway_layers=1,
     ),
 }
+DEFAULT_ARCHITECTURE = "ptb"
 # Config fields that decide the weights' shapes: a checkpoint with other values belongs to another architecture.
 ARCHITECTURE_FIELDS = (
     "char_embedding_dim", "filters", "activation", "num_highway_layers", "projection_dim", "lstm_dim", "num_layers",
     "cell_clip", "projection_clip", "use_skip_connections", "max_characters_per_token", "word_vocab_size",
 )
 LOG_FILE = "training_log.json"
+# The run record: in OUTPUT, the run id and the model files the run wrote there; in a checkpoint, written last, the
+# run id and the size of each of the checkpoint's files.
+RUN_FILE = "pretraining_run.json"
+PREVIOUS_RUN_PREFIX = "previous-run-"
+_FINAL_STAGING_PREFIX = ".final."
+_CHECKPOINT = re.compile(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)")
+# What Trainer needs in a checkpoint to resume from it (beside the run record and the vocabulary).
+_TRAINER_FILES = ("config.json", "model.safetensors", "trainer_state.json", "optimizer.pt", "scheduler.pt")
+# Trainer's pickled arguments: kept in checkpoints (Trainer's own format), never in the finished model folder.
+_TRAINING_ARGS_FILE = "training_args.bin"
+# Names a finished model folder may hold (the remote code: the flat files of the package that travel with it); the
+# files actually written are checked again before they are moved into OUTPUT.
+_MODEL_FILE_NAMES = {
+    RUN_FILE, "config.json", "model.safetensors", VOCABULARY_FILE, LOG_FILE, "tokenizer_config.json",
+    "special_tokens_map.json", *(path.name for path in Path(__file__).resolve().parents[1].glob("*.py")),
+}
+OPTIMIZERS = tuple(name.value for name in OptimizerNames)
+SCHEDULERS = tuple(name.value for name in SchedulerType)
 
 
-class PreTrainingError(ValueError):
-    """The run cannot start; the message says what is wrong and what to do."""
+class PreTrainingError(ElmoInputError):
+    """The run cannot start: unusable input or options; the message says what is wrong and what to do."""
+
+
+class PreTrainingRunError(ElmoRunError):
+    """The run failed while training or saving (a diverging loss, a full disk); the message says what was kept."""
+
+
+def finite_exp(loss: float) -> float:
+    """`exp(loss)`: a perplexity, `inf` where it overflows (a diverging loss), NaN for NaN."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
 
 
 def direction_sums(output: ElmoForPreTrainingOutput) -> torch.Tensor:
@@ -85,12 +128,11 @@ def direction_sums(output: ElmoForPreTrainingOutput) -> torch.Tensor:
     return torch.cat([losses * count, count.unsqueeze(0)])
 
 
-def corpus_perplexity(
-    model: ElmoForPreTraining, batches: DataLoader, reduce=None
-) -> dict[str, float]:
+def model_perplexity(model: ElmoForPreTraining, batches: DataLoader, reduce=None) -> dict[str, float]:
     """Fully normalised perplexity of each direction over all predictions of `batches` (dropout off).
 
-    `reduce` sums a tensor over processes (each process passing its own share of the corpus).
+    `reduce` sums a tensor over processes (each process passing its own share of the corpus). A loss too large for
+    `exp` gives perplexity `inf`.
     """
     was_training = model.training
     model.eval()
@@ -105,29 +147,53 @@ def corpus_perplexity(
     forward, backward = (totals[:2] / totals[2]).tolist()
     return {
         "loss": (forward + backward) / 2,
-        "forward_perplexity": math.exp(forward),
-        "backward_perplexity": math.exp(backward),
+        "forward_perplexity": finite_exp(forward),
+        "backward_perplexity": finite_exp(backward),
         "predictions": int(totals[2]),
     }
 
 
-class ElmoPreTrainer(Trainer):
-    """`Trainer` that logs each direction's training perplexity and evaluates exact corpus perplexities."""
+def divergence_message(step: int, output: Path, run_id: str) -> str:
+    """What a non-finite loss or weight at `step` means and what was kept."""
+    kept = newest_complete_checkpoint(output, run_id)[0]
+    where = f"the last finite checkpoint, {kept}, was kept" if kept else "no checkpoint had been saved"
+    return (
+        f"the training diverged at step {step}: the loss or the weights became non-finite (NaN or inf), so nothing "
+        f"was saved as the model; {where}. Lower --learning-rate (or --max-grad-norm), then train again with "
+        "--overwrite, or --resume from that checkpoint."
+    )
 
-    def __init__(self, *args, **kwargs):
+
+class ElmoPreTrainer(Trainer):
+    """`Trainer` that logs each direction's training perplexity, evaluates exact corpus perplexities, and stops
+    with a `PreTrainingRunError` at the first non-finite loss."""
+
+    def __init__(self, *args, run_id: str = "", **kwargs):
         super().__init__(*args, **kwargs)
+        self.run_id = run_id
         self._direction_losses = torch.zeros(3, dtype=torch.float64)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
-        self._direction_losses += direction_sums(outputs)
+        sums = direction_sums(outputs)  # on the CPU already: checking it costs no further synchronisation
+        if not bool(torch.isfinite(sums).all()):
+            raise PreTrainingRunError(divergence_message(self.state.global_step + 1, Path(self.args.output_dir),
+                                                         self.run_id))
+        self._direction_losses += sums
         return (loss, outputs) if return_outputs else loss
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """Saves a checkpoint only of finite weights, so that no older checkpoint is rotated away for a NaN one."""
+        if not all(bool(torch.isfinite(parameter).all()) for parameter in self.model.parameters()):
+            raise PreTrainingRunError(divergence_message(self.state.global_step, Path(self.args.output_dir),
+                                                         self.run_id))
+        super()._save_checkpoint(model, trial)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self._direction_losses[2] > 0:
             forward, backward = (self._direction_losses[:2] / self._direction_losses[2]).tolist()
-            logs["forward_perplexity"] = round(math.exp(forward), 3)
-            logs["backward_perplexity"] = round(math.exp(backward), 3)
+            logs["forward_perplexity"] = round(finite_exp(forward), 3)
+            logs["backward_perplexity"] = round(finite_exp(backward), 3)
             self._direction_losses.zero_()
         super().log(logs, start_time)
 
@@ -138,188 +204,508 @@ class ElmoPreTrainer(Trainer):
         batches = DataLoader(share, batch_size=self.args.per_device_eval_batch_size, collate_fn=self.data_collator)
         model = self.accelerator.unwrap_model(self.model)
         reduce = (lambda tensor: self.accelerator.reduce(tensor, "sum")) if self.args.world_size > 1 else None
-        result = corpus_perplexity(model, batches, reduce)
+        result = model_perplexity(model, batches, reduce)
         metrics = {f"{metric_key_prefix}_{key}": value for key, value in result.items()}
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
 
 
-def build_config(args: argparse.Namespace, vocabulary_size: int) -> ElmoConfig:
-    """The architecture from `--architecture` and the flags that override it."""
-    fields = dict(PRESETS[args.architecture])
-    for name in ("lstm_dim", "projection_dim", "num_layers", "num_highway_layers"):
-        if getattr(args, name) is not None:
-            fields[name] = getattr(args, name)
-    if args.filters is not None:
-        fields["filters"] = [[int(v) for v in bank.split(":")] for bank in args.filters.split(",")]
-    return ElmoConfig(
-        **fields,
-        word_vocab_size=vocabulary_size,
-        softmax_type=args.softmax,
-        softmax_num_samples=args.num_samples,
-        pretraining_dropout=args.dropout,
-    )
+class RunRecordCallback(TrainerCallback):
+    """Completes each checkpoint that Trainer saved: the run's `vocab.txt`, then the run record (run id, files and
+    sizes), last."""
+
+    def __init__(self, run_id: str, vocabulary: ElmoWordVocabulary):
+        self.run_id = run_id
+        self.vocabulary = vocabulary
+
+    def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        self.vocabulary.save(folder)
+        sizes = {path.name: path.stat().st_size for path in sorted(folder.iterdir()) if path.is_file()}
+        write_json_atomically({"run_id": self.run_id, "files": sizes}, folder / RUN_FILE)
 
 
-def load_model(args: argparse.Namespace, vocabulary: ElmoWordVocabulary) -> ElmoForPreTraining:
-    """A new model (`--architecture`) or a checkpoint's biLM with its softmax (same vocabulary) or a new one."""
-    options = dict(softmax_type=args.softmax, softmax_num_samples=args.num_samples, pretraining_dropout=args.dropout)
-    if args.from_pretrained is None:
-        return ElmoForPreTraining(build_config(args, len(vocabulary)))
-    source = Path(args.from_pretrained)
-    if not (source / "config.json").is_file():
-        raise PreTrainingError(f"--from-pretrained {source} is not a model folder (no config.json); convert first.")
-    if (source / VOCABULARY_FILE).is_file() and ElmoWordVocabulary.load(source) == vocabulary:
-        return ElmoForPreTraining.from_pretrained(source, **options)
-    # A new softmax over this vocabulary; the checkpoint's own softmax (if any) is left out.
-    config = ElmoConfig.from_pretrained(source, word_vocab_size=len(vocabulary), **options)
-    model = ElmoForPreTraining.from_pretrained(source, config=config, ignore_mismatched_sizes=True)
-    return model
+def write_json_atomically(value, path: Path) -> None:
+    """Writes `value` as JSON to `path`: the complete file or none."""
+    descriptor, staging = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            json.dump(value, file, indent=1)
+        os.replace(staging, path)
+    except BaseException:
+        Path(staging).unlink(missing_ok=True)
+        raise
 
 
-def choose_vocabulary(args: argparse.Namespace) -> ElmoWordVocabulary:
-    """`--vocab`, else the vocabulary of `--from-pretrained` if it has one, else one built from the training text.
+def read_json(path: Path) -> dict | None:
+    """The JSON object in `path`, or None where it is missing or unreadable."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
-    A given vocabulary that differs from the checkpoint's softmax is an error unless `--new-softmax`.
+
+def checkpoint_problem(folder: Path, run_id: str) -> str | None:
+    """Why checkpoint `folder` cannot be resumed as part of run `run_id` (None: it is complete and of this run)."""
+    record = read_json(folder / RUN_FILE)
+    if record is None:
+        return "incomplete (no run record: the save was cut short, or it was written by another program)"
+    if record.get("run_id") != run_id:
+        return f"of another run ({record.get('run_id')})"
+    sizes = record.get("files", {})
+    for name in (*_TRAINER_FILES, VOCABULARY_FILE):
+        if name not in sizes:
+            return f"incomplete ({name} was not saved)"
+    for name, size in sizes.items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != size:
+            return f"damaged ({name} is missing or of another size than when it was saved)"
+    if read_json(folder / "trainer_state.json") is None:
+        return "damaged (trainer_state.json is not readable)"
+    weights_file = folder / "model.safetensors"
+    with weights_file.open("rb") as weights:  # 8 bytes: the length of the JSON header that follows
+        header = weights.read(min(int.from_bytes(weights.read(8), "little"), weights_file.stat().st_size))
+    try:
+        json.loads(header)
+    except ValueError:
+        return "damaged (model.safetensors has no readable header)"
+    return None
+
+
+def checkpoints(output: Path) -> list[Path]:
+    """The `checkpoint-STEP` folders of `output`, newest (highest step) first."""
+    found = [(int(match[1]), path) for path in output.iterdir() if path.is_dir()
+             and (match := _CHECKPOINT.fullmatch(path.name))] if output.is_dir() else []
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def newest_complete_checkpoint(output: Path, run_id: str) -> tuple[Path | None, list[str]]:
+    """The newest complete checkpoint of run `run_id` in `output` (or None), and a line for each newer one skipped."""
+    skipped = []
+    for folder in checkpoints(output):
+        problem = checkpoint_problem(folder, run_id)
+        if problem is None:
+            return folder, skipped
+        skipped.append(f"{folder.name}: {problem}")
+    return None, skipped
+
+
+def parse_filters(filters: str | Sequence[Sequence[int]]) -> list[list[int]]:
+    """`"1:32,2:32"` or `[[1, 32], [2, 32]]` as `[[width, count], ...]` of positive integers."""
+    try:
+        banks = [[int(v) for v in bank.split(":")] for bank in filters.split(",")] if isinstance(filters, str) \
+            else [[int(v) for v in bank] for bank in filters]
+    except (ValueError, TypeError, AttributeError):
+        banks = None
+    if not banks or any(len(bank) != 2 or min(bank) < 1 for bank in banks):
+        raise PreTrainingError(
+            f"--filters {filters!r}: give the character CNN's banks as WIDTH:COUNT,... with positive integers, for "
+            "example 1:32,2:32,3:64."
+        )
+    return banks
+
+
+def build_config(
+    architecture: str, vocabulary_size: int, overrides: dict, softmax: str, num_samples: int, dropout: float
+) -> ElmoConfig:
+    """The architecture preset `architecture` with `overrides` (`lstm_dim`, `filters`, ... where not None)."""
+    fields = {**PRESETS[architecture], **{name: value for name, value in overrides.items() if value is not None}}
+    try:
+        return ElmoConfig(**fields, word_vocab_size=vocabulary_size, softmax_type=softmax,
+                          softmax_num_samples=num_samples, pretraining_dropout=dropout)
+    except ValueError as error:
+        raise PreTrainingError(f"the architecture options cannot be used: {error}") from None
+
+
+def load_model(
+    model: Path | None, vocabulary: ElmoWordVocabulary, config: ElmoConfig | None, options: dict
+) -> ElmoForPreTraining:
+    """A new model from `config`, or `model`'s biLM with its softmax (same vocabulary) or a new one."""
+    if model is None:
+        return ElmoForPreTraining(config)
+    try:
+        if (model / VOCABULARY_FILE).is_file() and ElmoWordVocabulary.load(model) == vocabulary:
+            return ElmoForPreTraining.from_pretrained(model, **options)
+        # A new softmax over this vocabulary; the checkpoint's own softmax (if any) is left out.
+        config = ElmoConfig.from_pretrained(model, word_vocab_size=len(vocabulary), **options)
+        return ElmoForPreTraining.from_pretrained(model, config=config, ignore_mismatched_sizes=True)
+    except (OSError, ValueError) as error:
+        raise PreTrainingError(f"--model {model} cannot be loaded: {error}") from None
+
+
+def choose_vocabulary(
+    train: list[Path], vocab: Path | None, model: Path | None, new_softmax: bool, vocab_size: int | None,
+    min_count: int, errors: str,
+) -> ElmoWordVocabulary:
+    """`vocab`, else the vocabulary of `model` if it has one, else one built from the training text.
+
+    A given vocabulary that differs from the model's softmax is an error unless `new_softmax`.
     """
-    checkpoint_vocabulary = None
-    if args.from_pretrained is not None and (Path(args.from_pretrained) / VOCABULARY_FILE).is_file():
-        checkpoint_vocabulary = ElmoWordVocabulary.load(args.from_pretrained)
-    if args.vocab is not None:
-        vocabulary = ElmoWordVocabulary.load(args.vocab)
-        if checkpoint_vocabulary is not None and vocabulary != checkpoint_vocabulary and not args.new_softmax:
+    model_vocabulary = None
+    if model is not None and (model / VOCABULARY_FILE).is_file():
+        model_vocabulary = ElmoWordVocabulary.load(model)
+    if vocab is not None:
+        vocabulary = ElmoWordVocabulary.load(vocab)
+        if model_vocabulary is not None and vocabulary != model_vocabulary and not new_softmax:
             raise PreTrainingError(
-                f"--vocab {args.vocab} ({len(vocabulary)} words) does not match the softmax of --from-pretrained "
-                f"{args.from_pretrained} ({len(checkpoint_vocabulary)} words); leave out --vocab to keep the "
-                "checkpoint's softmax, or pass --new-softmax to train a new one."
+                f"--vocab {vocab} ({len(vocabulary)} words) does not match the softmax of --model {model} "
+                f"({len(model_vocabulary)} words); leave out --vocab to keep the model's softmax, or pass "
+                "--new-softmax to train a new one."
             )
         return vocabulary
-    if checkpoint_vocabulary is not None and not args.new_softmax:
-        return checkpoint_vocabulary
-    return ElmoWordVocabulary.build(args.train, max_size=args.vocab_size, min_count=args.min_count, errors=args.errors)
+    if model_vocabulary is not None and not new_softmax:
+        return model_vocabulary
+    return ElmoWordVocabulary.build(train, max_size=vocab_size, min_count=min_count, errors=errors)
 
 
-def check_resume(output: Path, config: ElmoConfig) -> str | None:
-    """The last checkpoint in `output` to resume from; raises if it holds another architecture."""
-    checkpoint = get_last_checkpoint(str(output)) if output.is_dir() else None
-    if checkpoint is None:
-        raise PreTrainingError(f"--resume: no checkpoint-STEP folder in {output} to resume from.")
-    saved = json.loads((Path(checkpoint) / "config.json").read_text())
+def check_architecture(checkpoint: Path, config: ElmoConfig) -> None:
+    """Raises if `checkpoint` holds another architecture than `config`."""
+    saved = json.loads((checkpoint / "config.json").read_text())
     wanted = config.to_dict()
     different = [name for name in ARCHITECTURE_FIELDS if saved.get(name) != wanted.get(name)]
     if different:
         details = ", ".join(f"{name} {saved.get(name)} vs {wanted.get(name)}" for name in different)
         raise PreTrainingError(
-            f"--resume: {checkpoint} holds another architecture ({details}); give the flags of that run, or a new "
+            f"--resume: {checkpoint} holds another architecture ({details}); give the options of that run, or a new "
             "--output."
         )
-    return checkpoint
 
 
-def save_log(log_history: list[dict], folder: Path) -> None:
-    """The loss and perplexity curves as `training_log.json` (`examples/plot_pretraining.py` draws them)."""
-    (folder / LOG_FILE).write_text(json.dumps(log_history, indent=1))
+def check_options(values: dict) -> None:
+    """Raises a `PreTrainingError` naming the first option whose value cannot be used."""
+    rules = [
+        ("batch_size", "a positive integer", lambda v: v >= 1),
+        ("gradient_accumulation_steps", "a positive integer", lambda v: v >= 1),
+        ("max_words", "a positive integer", lambda v: v >= 1),
+        ("min_count", "a positive integer", lambda v: v >= 1),
+        ("vocab_size", "an integer above 3 (the special words take 3)", lambda v: v is None or v > 3),
+        ("num_samples", "a positive integer", lambda v: v >= 1),
+        ("dropout", "in [0, 1)", lambda v: 0 <= v < 1),
+        ("learning_rate", "finite and not negative", lambda v: math.isfinite(v) and v >= 0),
+        ("max_grad_norm", "finite and not negative", lambda v: math.isfinite(v) and v >= 0),
+        ("warmup_steps", "an integer not negative", lambda v: v >= 0),
+        ("epochs", "finite and positive", lambda v: math.isfinite(v) and v > 0),
+        ("max_steps", "a positive integer, or -1 for --epochs", lambda v: v == -1 or v >= 1),
+        ("eval_steps", "an integer not negative (0: at the end only)", lambda v: v >= 0),
+        ("save_steps", "a positive integer", lambda v: v >= 1),
+        ("save_total_limit", "a positive integer", lambda v: v is None or v >= 1),
+        ("logging_steps", "a positive integer", lambda v: v >= 1),
+        ("threads", "a positive integer", lambda v: v is None or v >= 1),
+        ("errors", f"one of {', '.join(DECODING_ERRORS)}", lambda v: v in DECODING_ERRORS),
+        ("softmax", "full or sampled", lambda v: v in ("full", "sampled")),
+        ("architecture", f"one of {', '.join(PRESETS)}", lambda v: v is None or v in PRESETS),
+        ("optimizer", "a Trainer optimizer name (for example adamw_torch, adagrad, sgd)", lambda v: v in OPTIMIZERS),
+        ("lr_scheduler", f"one of {', '.join(SCHEDULERS)}", lambda v: v in SCHEDULERS),
+    ]
+    for name, rule, holds in rules:
+        if not holds(values[name]):
+            raise PreTrainingError(f"--{name.replace('_', '-')} {values[name]!r}: must be {rule}.")
 
 
-def save_model(trainer: ElmoPreTrainer, vocabulary: ElmoWordVocabulary, output: Path) -> None:
-    """Writes the model folder into a staging folder, then moves its files into `output`, `config.json` last."""
-    staging = Path(tempfile.mkdtemp(prefix=".final.", dir=output))
-    try:
-        trainer.save_model(str(staging))
-        ElmoTokenizer(max_characters_per_token=trainer.model.config.max_characters_per_token).save_pretrained(staging)
-        vocabulary.save(staging)
-        save_log(trainer.state.log_history, staging)
-        for path in sorted(staging.iterdir(), key=lambda path: path.name == "config.json"):
-            os.replace(path, output / path.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+class OutputFolder:
+    """The `--output` folder and its run record: which run wrote it and which model files are that run's."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.record = read_json(path / RUN_FILE) if path.is_dir() else None
+
+    def check_usable(self, resume: bool, overwrite: bool) -> None:
+        """Refuses a folder that is a file, holds a run without `resume`/`overwrite`, or is not this command's."""
+        path = self.path
+        if path.exists() and not path.is_dir():
+            raise PreTrainingError(f"--output {path} is a file; give a folder path.")
+        contents = sorted(entry.name for entry in path.iterdir()) if path.is_dir() else []
+        if resume:
+            if self.record is None:
+                what = "holds no run of elmo-hf pretrain" if not checkpoints(path) else (
+                    "holds checkpoints but no run record (pretraining_run.json): written by an older elmo-hf or "
+                    "another program")
+                raise PreTrainingError(f"--resume: --output {path} {what}; give the --output of the run to continue.")
+            return
+        if self.record is not None:
+            if not overwrite:
+                raise PreTrainingError(
+                    f"--output {path} holds a run of elmo-hf pretrain; pass --resume to continue it, or --overwrite "
+                    f"to train again (its checkpoints and model are moved to {PREVIOUS_RUN_PREFIX}RUN_ID there)."
+                )
+            return
+        if contents and not overwrite:
+            raise PreTrainingError(
+                f"--output {path} is not empty and was not made by elmo-hf pretrain; give a new or empty folder, or "
+                "pass --overwrite to write the model beside its files (none of them is ever replaced)."
+            )
+        clashes = [name for name in contents if _CHECKPOINT.fullmatch(name) or name.startswith(PREVIOUS_RUN_PREFIX)
+                   or name in _MODEL_FILE_NAMES]
+        if clashes:
+            raise PreTrainingError(
+                f"--output {path} holds {', '.join(clashes)}, which elmo-hf pretrain would write, and was not made by "
+                "it: give a new folder (--overwrite never replaces files this command did not write)."
+            )
+
+    def check_writable(self) -> None:
+        """Raises a `PreTrainingError` where `--output` cannot be created or written."""
+        existing = next(folder for folder in (self.path, *self.path.parents) if folder.exists())
+        if not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
+            raise PreTrainingError(f"--output {self.path} cannot be written ({existing} is not a writable folder).")
+
+    def start(self, resume: bool, optimizer: str, report: Callable[[str], None]) -> str:
+        """Prepares the folder for this run and returns its run id (the recorded one where `resume`); the record
+        keeps the optimizer, whose state a resumed run loads."""
+        if resume:
+            for leftover in self.path.glob(f"{_FINAL_STAGING_PREFIX}*"):  # a model save of this run cut short
+                shutil.rmtree(leftover, ignore_errors=True)
+            return self.record["run_id"]
+        created = [folder for folder in (self.path, *self.path.parents) if not folder.exists()]
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if self.record is not None:
+                self.set_aside(report)
+            record = {"run_id": secrets.token_hex(8), "optimizer": optimizer, "model_files": []}
+            write_json_atomically(record, self.path / RUN_FILE)
+        except OSError as error:
+            for folder in created:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise PreTrainingError(f"--output {self.path} cannot be written: {error}") from None
+        self.record = record
+        return record["run_id"]
+
+    def set_aside(self, report: Callable[[str], None]) -> None:
+        """Moves the previous run's checkpoints, model files and record into `previous-run-ID` (never deletes)."""
+        aside = self.path / f"{PREVIOUS_RUN_PREFIX}{self.record.get('run_id', 'unknown')}"
+        aside.mkdir(exist_ok=True)
+        names = [path.name for path in checkpoints(self.path)]
+        names += [name for name in self.record.get("model_files", []) if (self.path / name).exists()]
+        names += [path.name for path in self.path.glob(f"{_FINAL_STAGING_PREFIX}*")]
+        for name in [*names, RUN_FILE]:
+            os.replace(self.path / name, aside / name)
+        report(f"--overwrite: the previous run's checkpoints and model are now in {aside}")
+
+    def save_model(self, trainer: ElmoPreTrainer, vocabulary: ElmoWordVocabulary) -> None:
+        """Writes the model folder into a staging folder, then moves its files into OUTPUT, `config.json` last.
+
+        Safetensors, JSON and text files and the remote code, with the umask's permissions (no pickle); a file of
+        OUTPUT that this run's record does not list as its own is never replaced.
+        """
+        staging = Path(tempfile.mkdtemp(prefix=_FINAL_STAGING_PREFIX, dir=self.path))
+        try:
+            trainer.save_model(str(staging))
+            (staging / _TRAINING_ARGS_FILE).unlink(missing_ok=True)
+            ElmoTokenizer(max_characters_per_token=trainer.model.config.max_characters_per_token).save_pretrained(
+                staging)
+            vocabulary.save(staging)
+            (staging / LOG_FILE).write_text(json.dumps(trainer.state.log_history, indent=1))
+            respect_umask(staging)  # safetensors writes its file 0600 whatever the umask
+            names = sorted((path.name for path in staging.iterdir()), key=lambda name: name == "config.json")
+            ours = set(self.record.get("model_files", []))
+            foreign = [name for name in names if name not in ours and (self.path / name).exists()]
+            if foreign:
+                raise PreTrainingRunError(
+                    f"{', '.join(foreign)} appeared in --output {self.path} during the run; they are not replaced, "
+                    f"and the model was not saved (the run's checkpoints are kept: move those files, then --resume)."
+                )
+            for name in names:
+                os.replace(staging / name, self.path / name)
+            self.record = {**self.record, "model_files": names}
+            write_json_atomically(self.record, self.path / RUN_FILE)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
-def pretrain(args: argparse.Namespace) -> tuple[ElmoPreTrainer, dict[str, float]]:
-    """Runs `elmo-hf pretrain`; returns the trainer and the final held-out metrics (empty without `--validation`)."""
-    output = Path(args.output)
-    check_corpus(args.train)
-    if args.validation is not None:
-        check_corpus([args.validation])
-    if output.is_dir() and (output / "config.json").exists() and not (args.resume or args.overwrite):
-        raise PreTrainingError(f"--output {output} already holds a model; pass --resume to continue or --overwrite.")
-    if args.from_pretrained is not None and args.architecture_given:
-        raise PreTrainingError("--architecture and --from-pretrained exclude each other: the checkpoint fixes it.")
+def pretrain(
+    train: Sequence[str | os.PathLike],
+    output: str | os.PathLike,
+    *,
+    validation: str | os.PathLike | None = None,
+    vocab: str | os.PathLike | None = None,
+    vocab_size: int | None = None,
+    min_count: int = 1,
+    max_words: int = 100,
+    errors: str = "strict",
+    streaming: bool = False,
+    architecture: str | None = None,
+    model: str | os.PathLike | None = None,
+    new_softmax: bool = False,
+    lstm_dim: int | None = None,
+    projection_dim: int | None = None,
+    num_layers: int | None = None,
+    num_highway_layers: int | None = None,
+    filters: str | Sequence[Sequence[int]] | None = None,
+    softmax: str = "full",
+    num_samples: int = 8192,
+    dropout: float = 0.1,
+    batch_size: int = 32,
+    gradient_accumulation_steps: int = 1,
+    learning_rate: float = 2e-3,
+    optimizer: str = "adamw_torch",
+    lr_scheduler: str = "constant",
+    warmup_steps: int = 0,
+    max_grad_norm: float = 1.0,
+    epochs: float = 10.0,
+    max_steps: int = -1,
+    eval_steps: int = 500,
+    save_steps: int = 500,
+    save_total_limit: int | None = 2,
+    logging_steps: int = 50,
+    seed: int = 42,
+    threads: int | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    report: Callable[[str], None] = logger.warning,
+) -> tuple[ElmoPreTrainer, dict[str, float]]:
+    """Pretrains (or continues) a biLM with its word softmax; returns the trainer and the final held-out metrics
+    (empty without `validation`). The options are `elmo-hf pretrain`'s (see `elmo-hf pretrain --help`).
 
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    vocabulary = choose_vocabulary(args)
-    set_seed(args.seed)  # the same initial weights in every process and every run with this seed
-    model = load_model(args, vocabulary)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if args.streaming:
-        train_dataset = ElmoTextDataset(args.train, errors=args.errors)
+    `model` is a model folder or a packaged model's name to continue from (domain adaptation); `architecture` (a
+    `PRESETS` name, default `ptb`) and the size options build a new one. `report` receives what a user should read
+    (checkpoints skipped by `resume`, a previous run set aside by `overwrite`).
+
+    Raises `PreTrainingError` (or `CorpusError`) for unusable input or options, before anything is written, and
+    `PreTrainingRunError` for a failure while running (a non-finite loss, a full disk), keeping every complete
+    checkpoint.
+    """
+    check_options(locals())
+    if resume and overwrite:
+        raise PreTrainingError("--resume and --overwrite exclude each other: continue the run, or start it again.")
+    if streaming and max_steps <= 0:
+        raise PreTrainingError("--streaming reads the text as a stream of unknown length: give --max-steps.")
+    sizes = dict(lstm_dim=lstm_dim, projection_dim=projection_dim, num_layers=num_layers,
+                 num_highway_layers=num_highway_layers, filters=None if filters is None else parse_filters(filters))
+    given = [f"--{name.replace('_', '-')}" for name, value in sizes.items() if value is not None]
+    if model is not None and (architecture is not None or given):
+        raise PreTrainingError(
+            f"{', '.join(given or ['--architecture'])} and --model exclude each other: the model fixes the "
+            "architecture."
+        )
+    train = check_corpus(train)
+    validation = check_corpus([validation])[0] if validation is not None else None
+    model = Path(resolve_model_name(str(model))) if model is not None else None
+    if model is not None and not (model / "config.json").is_file():
+        raise PreTrainingError(f"--model {model} is not a model folder (no config.json); convert first.")
+    folder = OutputFolder(Path(output))
+    folder.check_usable(resume, overwrite)
+    folder.check_writable()
+    resume_from = None
+    if resume:
+        resume_from, skipped = newest_complete_checkpoint(folder.path, folder.record.get("run_id"))
+        if resume_from is None:
+            raise PreTrainingError(
+                f"--resume: --output {folder.path} holds no complete checkpoint of its run "
+                f"{folder.record.get('run_id')}" + (f" (skipped {'; '.join(skipped)})" if skipped else "")
+                + "; train again with --overwrite."
+            )
+        if folder.record.get("optimizer", optimizer) != optimizer:
+            raise PreTrainingError(
+                f"--resume: the run in {folder.path} trains with --optimizer {folder.record['optimizer']}, whose state "
+                f"its checkpoints hold; --optimizer {optimizer} cannot continue it. Give --optimizer "
+                f"{folder.record['optimizer']}, or train again with --overwrite."
+            )
+        for line in skipped:
+            report(f"--resume: skipped {line}")
+        vocabulary = ElmoWordVocabulary.load(resume_from)
+        if vocab is not None and ElmoWordVocabulary.load(vocab) != vocabulary:
+            raise PreTrainingError(
+                f"--vocab {vocab} differs from the vocabulary of the run being resumed "
+                f"({resume_from / VOCABULARY_FILE}); leave out --vocab to resume, or train again with --overwrite."
+            )
     else:
-        train_dataset = load_sentences(args.train, errors=args.errors)
-        if len(train_dataset) < world_size * args.batch_size:
+        vocabulary = choose_vocabulary(train, vocab and Path(vocab), model, new_softmax, vocab_size, min_count, errors)
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    set_seed(seed)  # the same initial weights in every process and every run with this seed
+    options = dict(softmax_type=softmax, softmax_num_samples=num_samples, pretraining_dropout=dropout)
+    config = None if model is not None else build_config(architecture or DEFAULT_ARCHITECTURE, len(vocabulary),
+                                                         sizes, softmax, num_samples, dropout)
+    pretraining_model = load_model(model, vocabulary, config, options)
+    if resume_from is not None:
+        check_architecture(resume_from, pretraining_model.config)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if streaming:
+        train_dataset = ElmoTextDataset(train, errors=errors)
+    else:
+        train_dataset = load_sentences(train, errors=errors)
+        if len(train_dataset) < world_size * batch_size:
             raise PreTrainingError(
                 f"the training text has {len(train_dataset)} sentences, fewer than one batch for each of the "
-                f"{world_size} processes ({world_size} x --batch-size {args.batch_size}); use fewer processes, a "
+                f"{world_size} processes ({world_size} x --batch-size {batch_size}); use fewer processes, a "
                 "smaller --batch-size or more text."
             )
-    eval_sentences = load_sentences([args.validation], errors=args.errors) if args.validation else None
+    eval_sentences = load_sentences([validation], errors=errors) if validation is not None else None
     if eval_sentences is not None and len(eval_sentences) < world_size:
         raise PreTrainingError(
             f"--validation has {len(eval_sentences)} sentences, fewer than the {world_size} processes."
         )
-    resume = check_resume(output, model.config) if args.resume else None
-    output.mkdir(parents=True, exist_ok=True)
 
-    evaluating = eval_sentences is not None and args.eval_steps > 0
+    evaluating = eval_sentences is not None and eval_steps > 0
     training_args = TrainingArguments(
-        output_dir=str(output),
-        per_device_train_batch_size=args.batch_size,
-        per_device_eval_batch_size=args.batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        learning_rate=args.learning_rate,
-        optim="adamw_torch" if args.optimizer == "adagrad" else args.optimizer,
-        lr_scheduler_type=args.lr_scheduler,
-        warmup_steps=args.warmup_steps,
+        output_dir=str(folder.path),
+        per_device_train_batch_size=batch_size,
+        per_device_eval_batch_size=batch_size,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        learning_rate=learning_rate,
+        optim="adamw_torch" if optimizer == "adagrad" else optimizer,
+        lr_scheduler_type=lr_scheduler,
+        warmup_steps=warmup_steps,
         weight_decay=0.0,
-        max_grad_norm=args.max_grad_norm,
-        num_train_epochs=args.epochs,
-        max_steps=args.max_steps,
-        logging_steps=args.logging_steps,
+        max_grad_norm=max_grad_norm,
+        num_train_epochs=epochs,
+        max_steps=max_steps,
+        logging_steps=logging_steps,
         eval_strategy="steps" if evaluating else "no",
-        eval_steps=args.eval_steps if evaluating else None,
+        eval_steps=eval_steps if evaluating else None,
         save_strategy="steps",
-        save_steps=args.save_steps,
-        save_total_limit=args.save_total_limit,
-        seed=args.seed,
-        data_seed=args.seed,
+        save_steps=save_steps,
+        save_total_limit=save_total_limit,
+        seed=seed,
+        data_seed=seed,
         remove_unused_columns=False,
         report_to=[],
-        disable_tqdm=args.no_progress,
+        disable_tqdm=not progress,
         dataloader_num_workers=0,
         ddp_backend="gloo" if world_size > 1 and not torch.cuda.is_available() else None,
         ddp_find_unused_parameters=False,  # every parameter takes part in the loss (tested)
         accelerator_config={"dispatch_batches": False},
         use_cpu=not torch.cuda.is_available(),
     )
-    collator = DataCollatorForElmoPreTraining(vocabulary, model.config.max_characters_per_token, args.max_words)
+    with training_args.main_process_first(local=False):  # process 0 prepares OUTPUT, the others then read its id
+        run_id = folder.start(resume, optimizer, report) if training_args.process_index == 0 else None
+    run_id = run_id or OutputFolder(folder.path).record["run_id"]
+    collator = DataCollatorForElmoPreTraining(vocabulary, pretraining_model.config.max_characters_per_token, max_words)
     # The original's Adagrad starts every accumulator at 1, which Trainer's "adagrad" cannot set.
-    optimizer = None
-    if args.optimizer == "adagrad":
-        optimizer = torch.optim.Adagrad(model.parameters(), lr=args.learning_rate, initial_accumulator_value=1.0)
+    optimizer_instance = None
+    if optimizer == "adagrad":
+        optimizer_instance = torch.optim.Adagrad(pretraining_model.parameters(), lr=learning_rate,
+                                                 initial_accumulator_value=1.0)
     trainer = ElmoPreTrainer(
-        model=model,
-        optimizers=(optimizer, None),
+        model=pretraining_model,
+        optimizers=(optimizer_instance, None),
         args=training_args,
         train_dataset=train_dataset,
         data_collator=collator,
         eval_dataset=eval_sentences,
+        callbacks=[RunRecordCallback(run_id, vocabulary)],
+        run_id=run_id,
     )
-    trainer.train(resume_from_checkpoint=resume)
-    metrics = trainer.evaluate() if eval_sentences is not None else {}
-    if trainer.is_world_process_zero():
-        save_model(trainer, vocabulary, output)
+    try:
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        metrics = trainer.evaluate() if eval_sentences is not None else {}
+        if not all(bool(torch.isfinite(parameter).all()) for parameter in pretraining_model.parameters()):
+            raise PreTrainingRunError(divergence_message(trainer.state.global_step, folder.path, run_id))
+        if trainer.is_world_process_zero():
+            folder.save_model(trainer, vocabulary)
+    except OSError as error:
+        kept = newest_complete_checkpoint(folder.path, run_id)[0]
+        raise PreTrainingRunError(
+            f"writing into --output {folder.path} failed ({error}); "
+            + (f"the last complete checkpoint, {kept}, was kept: free space, then --resume." if kept
+               else "no complete checkpoint was saved: free space, then train again with --overwrite.")
+        ) from None
     return trainer, metrics
 
 
-__all__ = ["ElmoPreTrainer", "PRESETS", "corpus_perplexity", "pretrain"]
+__all__ = ["ElmoPreTrainer", "PRESETS", "PreTrainingError", "PreTrainingRunError", "model_perplexity", "pretrain"]
