@@ -16,6 +16,7 @@
     elmo-hf convert --options options.json --weights weights.hdf5 --output elmo-small
     elmo-hf convert ... --model-card small --push-to-hub NAMESPACE/elmo-small [--private]
         [--revision BRANCH | --create-pr] [--token TOKEN]
+    convert_checkpoint("options.json", "weights.hdf5", "elmo-small", model_card="small")   (from Python)
 
 The folder holds `config.json`, `model.safetensors` (float32), the tokenizer files and the model code, so that it
 loads with `AutoModel.from_pretrained(folder)` after `import elmo_hf`, or with `trust_remote_code=True` without it.
