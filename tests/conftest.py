@@ -1,5 +1,6 @@
 """Shared fixtures: offline environment, a tiny config, and the converted fixture checkpoints."""
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from elmo_hf.conversion.convert import convert  # noqa: E402
+from elmo_hf.conversion.convert import convert_checkpoint  # noqa: E402
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -63,7 +64,7 @@ def converted(tmp_path_factory) -> dict[str, Path]:
     """Both fixture checkpoints converted once with conversion/convert.py."""
     root = tmp_path_factory.mktemp("converted")
     return {
-        name: convert(FIXTURES / name / "options.json", FIXTURES / name / "lm_weights.hdf5", root / name)
+        name: convert_checkpoint(FIXTURES / name / "options.json", FIXTURES / name / "lm_weights.hdf5", root / name)
         for name in FIXTURE_SETS
     }
 
@@ -79,3 +80,20 @@ def expected_top_layer(name: str, row: int, batch: int) -> np.ndarray:
     with h5py.File(FIXTURES / name / f"lm_embeddings_{row}.hdf5", "r") as file:
         forward, backward = file[str(batch)][...]
     return np.concatenate([forward, backward], axis=-1)
+
+
+@pytest.fixture
+def read_only_folder(tmp_path, monkeypatch) -> Path:
+    """An empty folder in which nothing can be created, as the kernel refuses it to a user without write access (the
+    tests may run as root, whom permission bits do not stop)."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    mkdir = os.mkdir
+
+    def refusing_mkdir(path, *args, **kwargs):
+        if Path(path).parent == folder:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", refusing_mkdir)
+    return folder

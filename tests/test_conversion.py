@@ -1,10 +1,12 @@
 """elmo-hf convert: the folder it writes, remote-code loading, and every bad checkpoint."""
 
+import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import h5py
@@ -15,8 +17,10 @@ from conftest import FIXTURES
 
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.conversion.checkpoint import ConversionError
+from elmo_hf.cli import COMMANDS, HelpFormatter
 from elmo_hf.cli.convert import main
-from elmo_hf.conversion.convert import convert
+from elmo_hf.conversion.convert import convert_checkpoint
+from elmo_hf.errors import ElmoInputError, ElmoRunError
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = FIXTURES / "allennlp" / "options.json"
@@ -169,7 +173,7 @@ def replace_dataset(name: str, array: np.ndarray):
 def test_bad_checkpoints_are_refused_before_writing(tmp_path, make_options, make_weights, message):
     output = tmp_path / "out"
     with pytest.raises(ConversionError, match=message):
-        convert(make_options(tmp_path), make_weights(tmp_path), output)
+        convert_checkpoint(make_options(tmp_path), make_weights(tmp_path), output)
     assert not output.exists()
     assert not [path for path in tmp_path.iterdir() if path.name.startswith(".out")]
 
@@ -181,7 +185,7 @@ def test_wrong_layout_fails_validation_and_leaves_nothing(tmp_path, monkeypatch)
     monkeypatch.setattr(elmo_hf.conversion.checkpoint, "TF_TO_TORCH_GATES", (0, 1, 2, 3))
     output = tmp_path / "out"
     with pytest.raises(ConversionError, match="differs from the reference computation in layer 1"):
-        convert(OPTIONS, WEIGHTS, output)
+        convert_checkpoint(OPTIONS, WEIGHTS, output)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -189,12 +193,44 @@ def test_output_that_is_a_file_is_refused(tmp_path):
     output = tmp_path / "file"
     output.write_text("x")
     with pytest.raises(ConversionError, match="is a file"):
-        convert(OPTIONS, WEIGHTS, output)
+        convert_checkpoint(OPTIONS, WEIGHTS, output)
     assert output.read_text() == "x"
 
 
 def test_empty_output_folder_is_used(tmp_path):
     output = tmp_path / "empty"
     output.mkdir()
-    convert(OPTIONS, WEIGHTS, output)
+    convert_checkpoint(OPTIONS, WEIGHTS, output)
     assert (output / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("command", ["convert", "convert-manylangs", "export", "export-onnx"])
+def test_every_option_of_the_conversion_commands_has_help_and_shows_its_default(command):
+    """Issue 26 item 5: `elmo-hf COMMAND --help` explains every option and, for one that takes a value and is not
+    required, says what it is when not given."""
+    parser = argparse.ArgumentParser(prog=command, formatter_class=HelpFormatter)
+    COMMANDS[command].add_arguments(parser)
+    formatter = HelpFormatter(command)
+    for action in parser._actions:
+        if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help, action.option_strings
+        if action.nargs != 0 and action.option_strings and not action.required:
+            shown = formatter._get_help_string(action)
+            assert "default" in shown or shown.endswith("(required)"), action.option_strings
+    assert "--model" in parser.format_help()
+
+
+def test_conversion_library_is_typed_and_its_errors_follow_the_exit_status_rule():
+    """Issue 22 item 4: the commands wrap typed functions; argparse lives in elmo_hf/cli only; one error class per
+    meaning, each an `ElmoInputError` (exit status 2)."""
+    from elmo_hf.conversion import export, manylangs, onnx
+
+    for path in (ROOT / "elmo_hf" / "conversion").glob("*.py"):
+        assert "argparse" not in path.read_text(encoding="utf-8"), path.name
+    for error in (ConversionError, export.OriginalExportError, onnx.OnnxExportError):
+        assert issubclass(error, ElmoInputError) and not issubclass(error, ElmoRunError)
+    assert export.OriginalExportError is not onnx.OnnxExportError and not hasattr(export, "ExportError")
+    for function in (convert_checkpoint, manylangs.convert_manylangs, export.export_original, onnx.export_onnx):
+        hints = typing.get_type_hints(function)
+        assert hints and all(hint is not argparse.Namespace for hint in hints.values()), function.__name__

@@ -1,6 +1,7 @@
 """`elmo-hf export`: converted fixtures export to the original files, trained models convert back unchanged."""
 
 import json
+import re
 
 import h5py
 import numpy as np
@@ -10,8 +11,8 @@ from conftest import FIXTURE_SETS, FIXTURES, tiny_config
 
 from elmo_hf import ElmoForPreTraining, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from elmo_hf.cli import run_subcommand
-from elmo_hf.conversion.convert import convert
-from elmo_hf.conversion.export import export
+from elmo_hf.conversion.convert import convert_checkpoint
+from elmo_hf.conversion.export import export_original
 from elmo_hf.corpus.data import ElmoWordVocabulary
 
 SENTENCES = [["The", "biLM", "reads", "characters", "."], ["Zoë", "naïvely", "exports", "!"]]
@@ -65,13 +66,14 @@ def test_trained_pretraining_model_exports_and_converts_back_to_identical_output
         model.elmo.token_encoder.char_embeddings.weight[0] = 0
     model.save_pretrained(tmp_path / "trained")
     ElmoWordVocabulary(["</S>", "<S>", "<UNK>", "a", "b"]).save(tmp_path / "trained")
-    assert export(tmp_path / "trained", tmp_path / "original") == []
+    assert export_original(tmp_path / "trained", tmp_path / "original") == []
     with h5py.File(tmp_path / "original" / "softmax.hdf5", "r") as softmax:
         np.testing.assert_array_equal(softmax["softmax/W"][()], model.softmax.weight.detach().numpy())
         np.testing.assert_array_equal(softmax["softmax/b"][()], model.softmax.bias.detach().numpy())
     assert (tmp_path / "original" / "vocab.txt").read_text() == "</S>\n<S>\n<UNK>\na\nb\n"
     assert json.loads((tmp_path / "original" / "options.json").read_text())["n_tokens_vocab"] == 5
-    back = convert(tmp_path / "original" / "options.json", tmp_path / "original" / "weights.hdf5", tmp_path / "back")
+    original = tmp_path / "original"
+    back = convert_checkpoint(original / "options.json", original / "weights.hdf5", tmp_path / "back")
     for ours, theirs in zip(outputs(model.elmo), outputs(ElmoModel.from_pretrained(back))):
         torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-6)
 
@@ -82,7 +84,7 @@ def test_task_head_exports_its_biLM_and_names_what_is_left_out(tmp_path, capsys)
     head.save_pretrained(tmp_path / "head")
     assert run_subcommand("export", ["--model", str(tmp_path / "head"), "--output", str(tmp_path / "out")]) == 0
     assert "classifier.weight" in capsys.readouterr().out
-    back = convert(tmp_path / "out" / "options.json", tmp_path / "out" / "weights.hdf5", tmp_path / "back")
+    back = convert_checkpoint(tmp_path / "out" / "options.json", tmp_path / "out" / "weights.hdf5", tmp_path / "back")
     for ours, theirs in zip(outputs(head.elmo), outputs(ElmoModel.from_pretrained(back))):
         torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-6)
 
@@ -104,3 +106,50 @@ def test_models_the_format_cannot_hold_are_refused_and_nothing_is_written(change
     assert run_subcommand("export", ["--model", str(tmp_path / "model"), "--output", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_export_takes_a_packaged_model_name_offline(tmp_path, capsys):
+    """Issue 26 item 1: `--model elmo-en-mini` is the packaged model's folder, with no Hub call."""
+    assert run_subcommand("export", ["--model", "elmo-en-mini", "--output", str(tmp_path / "mini")]) == 0
+    mini = tmp_path / "mini"
+    back = convert_checkpoint(mini / "options.json", mini / "weights.hdf5", tmp_path / "back")
+    packaged = ElmoModel.from_pretrained("elmo-en-mini")
+    for ours, theirs in zip(outputs(packaged), outputs(ElmoModel.from_pretrained(back))):
+        torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-6)
+
+
+def _saved(folder):
+    ElmoModel(tiny_config()).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda model: (model / "config.json").write_text('{"num_layers": '), "cannot be read: It looks like the"),
+        (lambda model: (model / "config.json").write_text('{"num_layers": -1}'), "num_layers must be a positive"),
+        (lambda model: (model / "model.safetensors").write_bytes(b"garbage"), "cannot be read: Error while deseria"),
+        (lambda model: (model / "config.json").unlink(), "is neither a folder holding a config.json nor the name"),
+        (lambda model: (model.parent / "file").write_text(""), "is inside .*file, which is a file; give a folder"),
+    ],
+    ids=["config-not-json", "config-bad-value", "weights-not-safetensors", "no-config", "output-under-a-file"],
+)
+def test_export_unusable_model_or_output_gives_one_error_line_and_exit_2(tmp_path, capsys, damage, message):
+    """Issue 23 items 12 and 13: one `error:` line, exit status 2, nothing written."""
+    model = _saved(tmp_path / "model")
+    damage(model)
+    capsys.readouterr()
+    status = run_subcommand("export", ["--model", str(model), "--output", str(tmp_path / "file" / "out")])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.splitlines()) == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    assert re.search(message, err), err
+
+
+def test_export_into_a_read_only_folder_gives_one_error_line_and_exit_1(tmp_path, read_only_folder, capsys):
+    """Issue 23 item 13: no raw OSError, nothing written."""
+    output, model = read_only_folder / "out", _saved(tmp_path / "model")
+    capsys.readouterr()
+    assert run_subcommand("export", ["--model", str(model), "--output", str(output)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: writing --output {output} failed: Permission denied") and len(err.splitlines()) == 1
+    assert list(read_only_folder.iterdir()) == []

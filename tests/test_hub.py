@@ -201,7 +201,8 @@ def test_create_pr_against_main_is_allowed(tmp_path, monkeypatch):
     monkeypatch.setattr("elmo_hf.cli.convert.push_to_hub", push_to_hub)
     assert main([*FIXTURE_ARGS, "--output", str(tmp_path / "out"), "--push-to-hub", "me/elmo", "--token", "hf_x",
                  "--create-pr", "--revision", "main"]) == 0
-    assert pushes == [(tmp_path / "out", ("me/elmo", "hf_x", None, "main", True), {"timeout": 60.0, "retries": 5})]
+    push = {"token": "hf_x", "private": None, "revision": "main", "create_pr": True, "timeout": 60.0, "retries": 5}
+    assert pushes == [(tmp_path / "out", ("me/elmo",), push)]
 
 
 def test_push_without_a_token(tmp_path, capsys, monkeypatch):

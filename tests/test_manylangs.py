@@ -4,6 +4,7 @@ there; their package is not needed here)."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,8 +17,8 @@ from transformers import pipeline
 
 from elmo_hf import ElmoForTokenClassification, ElmoModel, ElmoTokenClassificationPipeline, ElmoTokenizer
 from elmo_hf.cli import main as cli_main
-from elmo_hf.conversion.convert import ConversionError
-from elmo_hf.conversion.manylangs import PACKAGED_ARCHITECTURE, convert, read_architecture, read_lexicon
+from elmo_hf.conversion.checkpoint import ConversionError
+from elmo_hf.conversion.manylangs import PACKAGED_ARCHITECTURE, convert_manylangs, read_architecture, read_lexicon
 
 FIXTURE = Path(__file__).parent / "fixtures" / "manylangs"
 MODEL = FIXTURE / "model"
@@ -28,7 +29,7 @@ SENTENCES = IDS["sentences"]
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory) -> Path:
-    return convert(MODEL, tmp_path_factory.mktemp("manylangs") / "elmo-zh", language="zh")
+    return convert_manylangs(MODEL, tmp_path_factory.mktemp("manylangs") / "elmo-zh", language="zh")
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +199,7 @@ def test_zip_format_weights_convert_the_same(converted, tmp_path):
     shutil.copytree(MODEL, folder)
     for name in ("token_embedder.pkl", "encoder.pkl"):
         torch.save(torch.load(folder / name, weights_only=True), folder / name)
-    other = convert(folder, tmp_path / "out", language="zh")
+    other = convert_manylangs(folder, tmp_path / "out", language="zh")
     assert (other / "model.safetensors").read_bytes() == (converted / "model.safetensors").read_bytes()
 
 
@@ -245,10 +246,42 @@ def _unsafe_pickle(folder: Path):
     torch.save({"object": _NotAStateDict()}, folder / "encoder.pkl")
 
 
-def _lstm_embedder(folder: Path):
-    architecture = json.loads((folder / "cnn_fixture.json").read_text())
-    architecture["token_embedder"]["name"] = "lstm"
-    (folder / "cnn_fixture.json").write_text(json.dumps(architecture))
+def _edit_architecture(section: str, key: str, value):
+    def edit(folder: Path):
+        architecture = json.loads((folder / "cnn_fixture.json").read_text())
+        architecture[section][key] = value
+        (folder / "cnn_fixture.json").write_text(json.dumps(architecture))
+
+    return edit
+
+
+def _config_path(value):
+    def edit(folder: Path):
+        (folder / "config.json").write_text(json.dumps({"config_path": value, "model": "fixture"}))
+
+    return edit
+
+
+def _append_word(line: bytes):
+    def edit(folder: Path):
+        with open(folder / "word.dic", "ab") as file:
+            file.write(line)
+
+    return edit
+
+
+# The bad values of issue 23 item 12 (each a raw traceback before), then bad sizes of the architecture.
+UNUSABLE_FOLDERS = [
+    (_append_word(b"caf\xe9\t7\n"), r"word.dic is not UTF-8 text \(byte \d+: invalid continuation byte\)"),
+    (_config_path(123), "'config_path' in .* is 123, not a file name"),
+    (_config_path(None), "'config_path' in .* is None, not a file name"),
+    (_edit_architecture("token_embedder", "filters", [[1], [2, 4]]), r"filters is \[\[1\], \[2, 4\]\]; it must be"),
+    (_edit_architecture("token_embedder", "filters", "wide"), "filters is 'wide'; it must be a list of"),
+    (_edit_architecture("token_embedder", "filters", [[0, 4]]), "pairs of positive whole numbers"),
+    (_append_word(b"minus\t-3\n"), "gives 'minus' the negative id -3; ids are embedding rows"),
+    (_edit_architecture("encoder", "dim", "32"), "encoder.dim is '32'; it must be a whole number of at least 1"),
+    (_edit_architecture("encoder", "n_layers", True), "encoder.n_layers is True; it must be a whole number"),
+]
 
 
 @pytest.mark.parametrize(
@@ -257,15 +290,16 @@ def _lstm_embedder(folder: Path):
         (_add_char_entry, r"char_emb_layer.embedding.weight' has shape \(412, 6\), .* imply \(413, 6\)"),
         (_extra_tensor, "unexpected tensor 'extra.weight'"),
         (_unsafe_pickle, "weights_only=True"),
-        (_lstm_embedder, "only the 'elmo' encoder with the 'cnn' token embedder"),
+        (_edit_architecture("token_embedder", "name", "lstm"), "only the 'elmo' encoder with the 'cnn' token embedder"),
         (lambda folder: (folder / "word.dic").unlink(), "word.dic not found"),
         (lambda folder: (folder / "char.dic").write_text("a\tb\tc\n"), "line 1 is not 'entry<TAB>id'"),
+        *UNUSABLE_FOLDERS,
     ],
 )
 def test_bad_folders_are_refused_before_writing(tmp_path, edit, message):
     folder = broken_copy(tmp_path, edit)
     with pytest.raises(ConversionError, match=message):
-        convert(folder, tmp_path / "out", language="zh")
+        convert_manylangs(folder, tmp_path / "out", language="zh")
     assert not (tmp_path / "out").exists()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["broken"]
 
@@ -277,6 +311,23 @@ def test_command_line(tmp_path, capsys):
     assert "not empty; pass --overwrite" in capsys.readouterr().err
     assert cli_main([*arguments, "--overwrite"]) == 0
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize(("edit", "message"), UNUSABLE_FOLDERS)
+def test_convert_manylangs_bad_values_give_one_error_line_and_exit_2(tmp_path, capsys, edit, message):
+    folder = broken_copy(tmp_path, edit)
+    status = cli_main(["convert-manylangs", "--model", str(folder), "--language", "zh", "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.splitlines()) == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    assert re.search(message, err) and not (tmp_path / "o").exists()
+
+
+def test_convert_manylangs_into_a_read_only_folder_gives_one_error_line_and_exit_1(read_only_folder, capsys):
+    output = read_only_folder / "out"
+    assert cli_main(["convert-manylangs", "--model", str(MODEL), "--language", "zh", "--output", str(output)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: writing --output {output} failed: Permission denied") and len(err.splitlines()) == 1
+    assert list(read_only_folder.iterdir()) == []
 
 
 def test_dictionary_vocabulary_is_checked(tmp_path, tokenizer):

@@ -12,7 +12,7 @@ from huggingface_hub import ModelCard
 from elmo_hf import ElmoConfig, packaged_models
 from elmo_hf.conversion.checkpoint import ConversionError, convert_config, original_shapes, read_options
 from elmo_hf.cli.convert import main
-from elmo_hf.conversion.convert import convert
+from elmo_hf.conversion.convert import convert_checkpoint
 from elmo_hf.conversion.hub import MODEL_CARDS, MODEL_CARDS_DIR, PLACEHOLDER_REPO_ID, architecture_name, model_card
 
 OPTIONS = FIXTURES / "allennlp" / "options.json"
@@ -115,7 +115,7 @@ def test_generic_card(converted):
 
 def test_named_card_without_push_uses_the_placeholder(tmp_path, monkeypatch):
     monkeypatch.setitem(MODEL_CARDS, "small", architecture_name(convert_config(read_options(OPTIONS))))
-    folder = convert(OPTIONS, WEIGHTS, tmp_path / "elmo-small", model_card_name="small")
+    folder = convert_checkpoint(OPTIONS, WEIGHTS, tmp_path / "elmo-small", model_card="small")
     readme = (folder / "README.md").read_text()
     assert f'from_pretrained("{PLACEHOLDER_REPO_ID}", trust_remote_code=True)' in readme
     assert str(tmp_path) not in readme
@@ -124,7 +124,7 @@ def test_named_card_without_push_uses_the_placeholder(tmp_path, monkeypatch):
 def test_convert_writes_the_named_card(tmp_path, monkeypatch):
     fixture_architecture = architecture_name(convert_config(read_options(OPTIONS)))
     monkeypatch.setitem(MODEL_CARDS, "small", fixture_architecture)
-    folder = convert(OPTIONS, WEIGHTS, tmp_path / "out", model_card_name="small", repo_id="me/elmo-small")
+    folder = convert_checkpoint(OPTIONS, WEIGHTS, tmp_path / "out", model_card="small", repo_id="me/elmo-small")
     readme = (folder / "README.md").read_text()
     assert readme.startswith("---\nlibrary_name: transformers") and "# ELMo small" in readme
     assert 'from_pretrained("me/elmo-small", trust_remote_code=True)' in readme
@@ -142,7 +142,7 @@ def test_unknown_card(tmp_path, capsys):
 def test_card_for_another_architecture(tmp_path):
     with pytest.raises(ConversionError, match=r"model card 'small' describes a 2x1024_128_2048cnn_1xhighway "
                                               r"checkpoint, but the options describe 2x64_16_124cnn_2xhighway"):
-        convert(OPTIONS, WEIGHTS, tmp_path / "out", model_card_name="small")
+        convert_checkpoint(OPTIONS, WEIGHTS, tmp_path / "out", model_card="small")
     assert not (tmp_path / "out").exists()
 
 

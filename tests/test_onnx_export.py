@@ -2,16 +2,17 @@
 ONNX graph run by onnxruntime equals the eager model on every layer, with lstm_state in and out."""
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import onnxruntime
 import pytest
 import torch
 
-from conftest import expected_top_layer, fixture_sentences, tiny_config
+from conftest import FIXTURES, expected_top_layer, fixture_sentences, tiny_config
 from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from elmo_hf.cli import main as cli_main
-from elmo_hf.conversion.onnx import ONNX_OPSET, ElmoOnnxSignature, ExportError, export_onnx, export_program
+from elmo_hf.conversion.onnx import ONNX_OPSET, ElmoOnnxSignature, OnnxExportError, export_onnx, export_program
 
 # float32 agreement of the export path (eager, torch.export, onnxruntime) with the default eager path, all layers
 TOLERANCE = 1e-5
@@ -58,7 +59,7 @@ def fixture_folder(converted, tmp_path_factory):
 @pytest.fixture(scope="module")
 def stateful_session(fixture_folder):
     """The fixture checkpoint exported through `elmo-hf export-onnx --lstm-state`, in onnxruntime."""
-    assert cli_main(["export-onnx", str(fixture_folder), "--lstm-state"]) == 0
+    assert cli_main(["export-onnx", "--model", str(fixture_folder), "--lstm-state"]) == 0
     return onnxruntime.InferenceSession(str(fixture_folder / "onnx" / "model.onnx"))
 
 
@@ -194,15 +195,15 @@ def test_export_path_in_eager_mode_still_checks_values(tiny_model):
 
 
 def test_export_onnx_refuses_bad_folders_and_existing_output_without_writing(tmp_path, tiny_model):
-    with pytest.raises(ExportError, match="no config.json"):
+    with pytest.raises(OnnxExportError, match="is neither a folder holding a config.json nor the name of a model"):
         export_onnx(tmp_path)
     tiny_model.save_pretrained(tmp_path)
     (tmp_path / "onnx").mkdir()
     (tmp_path / "onnx" / "model.onnx").write_bytes(b"keep me")
-    with pytest.raises(ExportError, match="--overwrite"):
+    with pytest.raises(OnnxExportError, match="--overwrite"):
         export_onnx(tmp_path)
     assert (tmp_path / "onnx" / "model.onnx").read_bytes() == b"keep me"
-    with pytest.raises(ExportError, match="lstm_state inputs and outputs exist for the base model"):
+    with pytest.raises(OnnxExportError, match="lstm_state inputs and outputs exist for the base model"):
         ElmoOnnxSignature(ElmoForTokenClassification(tiny_model.config), lstm_state=True)
 
 
@@ -210,3 +211,123 @@ def test_tracing_is_refused_since_a_trace_would_fix_the_sentence_lengths(tiny_mo
     input_ids, mask = batch((2, 3), [3, 1], seed=0)
     with pytest.raises(RuntimeError, match="cannot be traced"):
         torch.jit.trace(tiny_model, (input_ids, mask), strict=False)
+
+
+def _with_bias(model):
+    """`model` with a non-zero classifier bias, which the logits of a text without words must equal."""
+    if hasattr(model, "classifier"):
+        with torch.no_grad():
+            model.classifier.bias.copy_(torch.arange(model.classifier.bias.shape[0]) - 1.5)
+    return model.eval()
+
+
+HEADS = {
+    "sequence-classification": lambda: ElmoForSequenceClassification(tiny_config(num_labels=3)),
+    "sequence-classification-task-bilstm": lambda: ElmoForSequenceClassification(
+        tiny_config(num_labels=3, task_lstm_dim=5)),
+    "token-classification-task-bilstm": lambda: ElmoForTokenClassification(
+        tiny_config(num_labels=3, task_lstm_dim=5, concatenate_elmo_to_task_output=True)),
+    "base-model": lambda: ElmoModel(tiny_config()),
+}
+
+
+@pytest.mark.parametrize("name", HEADS)
+def test_onnx_signature_padding_word_changes_no_output(name):
+    """The graph's signature appends one padding word (onnxruntime's Scan cannot run zero steps): by the model's own
+    padding rule it changes no output, whatever the padding: the signature on either path (eager) equals the model on
+    its default path on the inputs as they are."""
+    torch.manual_seed(0)
+    model = _with_bias(HEADS[name]())
+    signature = ElmoOnnxSignature(model, lstm_state=isinstance(model, ElmoModel))
+    padding = (((3, 6), [6, 0, 2], False), ((3, 5), [5, 1, 3], True), ((2, 0), [0, 0], False))
+    for shape, lengths, left_padded in padding:
+        inputs = batch(shape, lengths, seed=21, left_padded=left_padded)
+        state = random_state(model.config, shape[0], seed=22) if signature.lstm_state else ()
+        model.config.elmo_implementation = "auto"
+        with torch.no_grad():
+            plain = signature.model_outputs(*inputs, *state)
+        for implementation in ("auto", "export"):
+            model.config.elmo_implementation = implementation
+            with torch.no_grad():
+                padded = signature(*inputs, *state)
+            assert [tensor.shape for tensor in padded] == [tensor.shape for tensor in plain]
+            assert max_difference(padded, plain) <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", HEADS)
+def test_onnx_graph_on_texts_without_words_equals_eager(tmp_path, name):
+    """Issue 23 item 9: a batch of only texts without words gives the eager model's outputs (for a sequence head the
+    classifier's bias, the documented zero-word rule), not NaN, and a task biLSTM runs in onnxruntime's Scan."""
+    torch.manual_seed(0)
+    model = _with_bias(HEADS[name]())
+    model.save_pretrained(tmp_path)
+    path, _ = export_onnx(tmp_path, lstm_state=isinstance(model, ElmoModel))
+    session = onnxruntime.InferenceSession(str(path))
+    for shape, lengths in (((2, 0), [0, 0]), ((3, 4), [0, 4, 0])):
+        input_ids, mask = batch(shape, lengths, seed=5)
+        state = random_state(model.config, shape[0], seed=6) if isinstance(model, ElmoModel) else ()
+        feeds = dict(zip([item.name for item in session.get_inputs()], [input_ids, mask, *state]))
+        actual = session.run(None, {key: value.numpy() for key, value in feeds.items()})
+        with torch.no_grad():
+            expected = ElmoOnnxSignature(model, bool(state)).model_outputs(input_ids, mask, *state)
+        assert all(np.isfinite(output).all() for output in actual)
+        assert [output.shape for output in actual] == [tuple(output.shape) for output in expected]
+        assert max_difference(actual, expected) <= TOLERANCE
+    if isinstance(model, ElmoForSequenceClassification):
+        bias = model.classifier.bias.detach().expand(2, -1).numpy()
+        np.testing.assert_allclose(actual[0][[0, 2]], bias, atol=1e-6)
+
+
+def test_export_onnx_of_a_converted_manylangs_folder(tmp_path):
+    """Issue 23 item 9: a dictionary model's rows hold the word id after the characters (`row_width` ids)."""
+    from elmo_hf.conversion.manylangs import convert_manylangs
+
+    folder = convert_manylangs(FIXTURES / "manylangs" / "model", tmp_path / "zh", language="zh")
+    path, difference = export_onnx(folder)
+    assert difference <= TOLERANCE
+    tokenizer, model = ElmoTokenizer.from_pretrained(folder), ElmoModel.from_pretrained(folder).eval()
+    sentences = [["潮水", "退", "了"], ["好"], []]
+    inputs = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    session = onnxruntime.InferenceSession(str(path))
+    assert session.get_inputs()[0].shape[2] == model.config.row_width == model.config.max_characters_per_token + 1
+    actual = session.run(None, {name: inputs[name].numpy() for name in ("input_ids", "attention_mask")})
+    assert max_difference(actual, eager_outputs(model, inputs["input_ids"], inputs["attention_mask"])) <= TOLERANCE
+
+
+def test_export_onnx_takes_a_packaged_model_name_but_writes_only_to_output(tmp_path, capsys):
+    """Issue 26 item 1: `--model elmo-en-mini` works offline; its folder is inside the installed package, so the
+    graph goes to `--output`, and without it the command says so and writes nothing."""
+    from elmo_hf.packaged_elmo import packaged_model_path
+
+    before = sorted(path.name for path in Path(packaged_model_path()).iterdir())
+    assert cli_main(["export-onnx", "--model", "elmo-en-mini"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: elmo-en-mini is a model packaged with elmo-hf") and "pass --output" in err
+    assert cli_main(["export-onnx", "--model", "elmo-en-mini", "--output", str(tmp_path / "mini")]) == 0
+    assert (tmp_path / "mini" / "model.onnx").is_file()
+    assert sorted(path.name for path in Path(packaged_model_path()).iterdir()) == before
+
+
+def test_export_onnx_unusable_places_give_one_error_line(tmp_path, read_only_folder, capsys):
+    """Issue 23 items 12 and 13: an `onnx` file where the folder goes, an --output under a file, a damaged config,
+    or the positional form without a model: exit 2; a read-only --output: exit 1; one `error:` line each, no
+    traceback, nothing written."""
+    model = tmp_path / "model"
+    ElmoModel(tiny_config()).save_pretrained(model)
+    (model / "onnx").write_text("a file")
+    (tmp_path / "file").write_text("")
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "config.json").write_text('{"num_layers": 0}')
+    capsys.readouterr()
+    for arguments, status, message in (
+        (["--model", str(model)], 2, f"--output {model / 'onnx'} is a file; give a folder path."),
+        (["--model", str(model), "--output", str(tmp_path / "file" / "x")], 2, "which is a file"),
+        (["--model", str(damaged)], 2, "cannot be loaded: ElmoConfig.num_layers must be a positive"),
+        ([str(tmp_path / "none")], 2, "is neither a folder holding a config.json"),
+        (["--model", str(model), "--output", str(read_only_folder / "onnx")], 1, "Permission denied"),
+    ):
+        assert cli_main(["export-onnx", *arguments]) == status, arguments
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.splitlines()) == 1 and message in err, err
+    assert (model / "onnx").read_text() == "a file" and list(read_only_folder.iterdir()) == []

@@ -18,7 +18,8 @@ from elmo_hf import (
     ElmoTokenClassificationPipeline,
     ElmoTokenizer,
 )
-from elmo_hf.conversion.convert import ConversionError, convert
+from elmo_hf.conversion.checkpoint import ConversionError
+from elmo_hf.conversion.convert import convert_checkpoint
 
 TAGS = {0: "O", 1: "B-PER", 2: "B-LOC"}
 
@@ -314,7 +315,7 @@ def test_nan_weights_are_reported_as_such_not_as_a_wrong_layout(tmp_path):
     with h5py.File(weights, "r+") as file:
         file["CNN_proj/W_proj"][0, 0] = np.nan
     with pytest.raises(ConversionError, match="NaN") as raised:
-        convert(FIXTURES / "allennlp" / "options.json", weights, tmp_path / "out")
+        convert_checkpoint(FIXTURES / "allennlp" / "options.json", weights, tmp_path / "out")
     assert "layout" not in str(raised.value)
     assert not (tmp_path / "out").exists()
 

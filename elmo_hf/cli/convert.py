@@ -14,14 +14,10 @@
 """`elmo-hf convert`: an original options.json + weights .hdf5 to an elmo-hf folder, optionally pushed to the Hub."""
 
 import argparse
-import sys
-from collections.abc import Callable
-from pathlib import Path
 
 from transformers.utils.logging import disable_progress_bar
 
-from ..conversion.checkpoint import ConversionError
-from ..conversion.convert import convert
+from ..conversion.convert import convert_checkpoint
 from ..conversion.hub import (
     HUB_RETRIES,
     HUB_TIMEOUT,
@@ -32,15 +28,18 @@ from ..conversion.hub import (
     push_to_hub,
     upload_command,
 )
+from ..errors import ElmoRunError
 from . import run_subcommand
 
 SUMMARY = 'convert an original options.json + weights .hdf5 to a Hugging Face folder'
 
 
-def add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--output` and `--overwrite`, as every converter takes them (see `staged_folder`)."""
-    parser.add_argument("--output", required=True, help="folder to write (must be empty or absent)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
+def add_output_arguments(parser: argparse.ArgumentParser, what: str = "folder to write") -> None:
+    """`--output` and `--overwrite`, as every command that writes a folder takes them (see `staged_folder`)."""
+    parser.add_argument("--output", required=True, help=f"{what} (must be empty or absent; it appears only when "
+                        "complete)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a non-empty --output, once the new folder is complete")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,57 +48,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", required=True, help="the checkpoint's weights .hdf5")
     add_output_arguments(parser)
     parser.add_argument(
-        "--model-card", metavar="NAME", help=f"README.md is this released checkpoint's card: {', '.join(MODEL_CARDS)}"
+        "--model-card", metavar="NAME",
+        help=f"README.md is this released checkpoint's card: {', '.join(MODEL_CARDS)} (default: a generic card)",
     )
-    parser.add_argument("--push-to-hub", metavar="REPO_ID", help="then upload the folder to this Hub repository")
-    parser.add_argument("--private", action="store_true", default=None, help="create the repository private")
-    parser.add_argument("--revision", help="push to this branch (created if needed) instead of the default branch")
+    parser.add_argument("--push-to-hub", metavar="REPO_ID",
+                        help="then upload the folder to this Hub repository (default: no upload)")
+    parser.add_argument("--private", action="store_true", default=None,
+                        help="create the repository private (default: public)")
+    parser.add_argument("--revision", help="push to this branch, created if needed (default: the main branch)")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    parser.add_argument("--token", help="Hugging Face token; if not given, HF_TOKEN or the `hf auth login` one")
+    parser.add_argument("--token", help="Hugging Face token (default: HF_TOKEN or the `hf auth login` one)")
     parser.add_argument("--hub-timeout", type=float, default=HUB_TIMEOUT, metavar="SECONDS",
                         help="how long each Hub call may wait to connect or for the next part of an answer")
     parser.add_argument("--hub-retries", type=int, default=HUB_RETRIES, metavar="N",
                         help="how often a Hub call is retried on timeouts, network errors and 408/429/5xx answers")
 
 
-def run_conversion(conversion: Callable[[], Path], output: str) -> Path | int:
-    """Runs a command's conversion: the folder it wrote, or the exit status after one error line (2 for an input or
-    an --output that cannot be used, 1 if writing failed)."""
-    disable_progress_bar()
-    try:
-        return conversion()
-    except ConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        where = f" ({error.filename})" if error.filename else ""
-        print(f"error: writing --output {output} failed: {error.strerror or error}{where}. Nothing was written "
-              f"and {output} is as it was.", file=sys.stderr)
-        return 1
-
-
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf convert`: convert, then push if asked.
-
-    Exit status: 0 on success, 2 for a checkpoint or an --output that cannot be used, 1 if writing or pushing failed.
-    """
-    if problem := check_push_arguments(args):
+    """`elmo-hf convert`: convert, then push if asked (exit status 2 for a checkpoint or an --output that cannot be
+    used, 1 if writing or pushing failed)."""
+    push = dict(token=args.token, private=args.private, revision=args.revision, create_pr=args.create_pr)
+    if problem := check_push_arguments(args.push_to_hub, **push, timeout=args.hub_timeout, retries=args.hub_retries):
         parser.error(problem)
-    folder = run_conversion(lambda: convert(args.options, args.weights, args.output, overwrite=args.overwrite,
-                                            model_card_name=args.model_card, repo_id=args.push_to_hub, report=print),
-                            args.output)
-    if isinstance(folder, int):
-        return folder
+    disable_progress_bar()
+    folder = convert_checkpoint(args.options, args.weights, args.output, overwrite=args.overwrite,
+                                model_card=args.model_card, repo_id=args.push_to_hub, report=print)
     print(f"converted {args.weights} -> {folder}")
     if args.push_to_hub is None:
         return 0
     try:
-        commit = push_to_hub(folder, args.push_to_hub, args.token, args.private, args.revision, args.create_pr,
-                             timeout=args.hub_timeout, retries=args.hub_retries)
+        commit = push_to_hub(folder, args.push_to_hub, **push, timeout=args.hub_timeout, retries=args.hub_retries)
     except PUSH_ERRORS as error:
-        print(f"error: pushing to {args.push_to_hub} failed ({describe_push_error(error)}). The converted folder is "
-              f"complete at {folder}; push it later with: {upload_command(folder, args)}", file=sys.stderr)
-        return 1
+        retry = upload_command(folder, args.push_to_hub, args.private, args.revision, args.create_pr)
+        raise ElmoRunError(f"pushing to {args.push_to_hub} failed ({describe_push_error(error)}). The converted "
+                           f"folder is complete at {folder}; push it later with: {retry}") from error
     print(f"pushed {folder} -> {commit.pr_url or commit.commit_url}")
     return 0
 

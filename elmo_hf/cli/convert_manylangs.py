@@ -15,9 +15,11 @@
 
 import argparse
 
-from ..conversion.manylangs import convert
+from transformers.utils.logging import disable_progress_bar
+
+from ..conversion.manylangs import convert_manylangs
 from . import run_subcommand
-from .convert import add_output_arguments, run_conversion
+from .convert import add_output_arguments
 
 SUMMARY = 'convert an ELMoForManyLangs model folder (44 languages)'
 
@@ -31,12 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf convert-manylangs`: 0 on success, 2 for a folder or --output that cannot be used, 1 if writing
-    failed."""
-    folder = run_conversion(lambda: convert(args.model, args.output, args.language, overwrite=args.overwrite,
-                                            repo_id=args.repo_id, report=print), args.output)
-    if isinstance(folder, int):
-        return folder
+    """`elmo-hf convert-manylangs` (exit status 2 for a folder or an --output that cannot be used, 1 if writing
+    failed)."""
+    disable_progress_bar()
+    folder = convert_manylangs(args.model, args.output, language=args.language, overwrite=args.overwrite,
+                               repo_id=args.repo_id, report=print)
     print(f"converted {args.model} -> {folder}")
     return 0
 

@@ -14,29 +14,26 @@
 """`elmo-hf export`: an elmo-hf folder back to the original options.json + weights.hdf5."""
 
 import argparse
-import sys
 
-from ..conversion.checkpoint import ConversionError
-from ..conversion.export import export
+from ..conversion.export import export_original
 from . import run_subcommand
+from .convert import add_output_arguments
 
 SUMMARY = 'export an elmo-hf folder to the original options.json + weights.hdf5'
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `elmo-hf export` options."""
-    parser.add_argument("--model", required=True, help="an elmo-hf model folder (base model or any head)")
-    parser.add_argument("--output", required=True, help="folder to write options.json and weights.hdf5 into")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
+    parser.add_argument("--model", required=True,
+                        help="an elmo-hf model folder (base model, any head, pretraining model) or a packaged model's "
+                             "name, e.g. elmo-en-mini")
+    add_output_arguments(parser, "folder to write options.json and weights.hdf5 into")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf export`: 0 on success, 2 when the folder cannot be exported."""
-    try:
-        left_out = export(args.model, args.output, overwrite=args.overwrite)
-    except ConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    """`elmo-hf export` (exit status 2 when the model cannot be exported or --output cannot be used, 1 if writing
+    failed)."""
+    left_out = export_original(args.model, args.output, overwrite=args.overwrite, report=print)
     if left_out:
         print(f"left out (the original format has no place for them): {', '.join(left_out)}")
     print(f"exported {args.model} -> {args.output}")

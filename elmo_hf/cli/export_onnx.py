@@ -11,37 +11,42 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""`elmo-hf export-onnx`: a model folder to `onnx/model.onnx` inside it, checked in onnxruntime."""
+"""`elmo-hf export-onnx`: a model folder to `onnx/model.onnx` inside it (or `--output`), checked in onnxruntime."""
 
 import argparse
-import sys
 
-from ..conversion.onnx import MODEL_CLASSES, ONNX_OPSET, ExportError, export_onnx
+from ..conversion.onnx import MODEL_CLASSES, ONNX_OPSET, export_onnx
 from . import run_subcommand
 
-SUMMARY = 'export a converted folder (base model or head) to onnx/model.onnx inside it'
+SUMMARY = 'export a model folder or packaged model (base model or head) to ONNX, checked in onnxruntime'
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `elmo-hf export-onnx` options."""
-    parser.add_argument("folder", help="a converted (elmo-hf convert) or saved (save_pretrained) model folder")
+    parser.add_argument("--model", help="a converted (elmo-hf convert) or saved (save_pretrained) model folder, or a "
+                                        "packaged model's name, e.g. elmo-en-mini (required)")
+    parser.add_argument("folder", nargs="?", help=argparse.SUPPRESS)  # the former positional form of --model
+    parser.add_argument("--output", metavar="FOLDER",
+                        help="folder to write model.onnx into (default: MODEL/onnx; a packaged model needs --output, "
+                             "since its folder is inside the installed package)")
     parser.add_argument(
         "--task", choices=list(MODEL_CLASSES), help="what to export (default: the folder's own architecture)"
     )
     parser.add_argument(
         "--lstm-state", action="store_true", help="add lstm_state inputs and outputs (base model, stateful use)"
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing onnx/model.onnx")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing model.onnx")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """`elmo-hf export-onnx`: 0 on success, 2 when the folder cannot be exported or the check fails."""
-    try:
-        path, difference = export_onnx(args.folder, args.task, args.lstm_state, args.overwrite)
-    except ExportError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"exported {args.folder} -> {path} (opset {ONNX_OPSET}; onnxruntime vs eager: max abs diff {difference:.2g})")
+    """`elmo-hf export-onnx` (exit status 2 when the model cannot be exported or the check fails, 1 if writing
+    failed)."""
+    if (args.model is None) == (args.folder is None):
+        parser.error("give the model once, as --model MODEL.")
+    model = args.model or args.folder
+    path, difference = export_onnx(model, args.output, task=args.task, lstm_state=args.lstm_state,
+                                   overwrite=args.overwrite)
+    print(f"exported {model} -> {path} (opset {ONNX_OPSET}; onnxruntime vs eager: max abs diff {difference:.2g})")
     return 0
 
 

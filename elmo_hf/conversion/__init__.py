@@ -11,4 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Conversion between the original ELMo checkpoint formats and elmo-hf folders (the `elmo-hf convert` command)."""
+"""Conversion between the original ELMo checkpoint formats and elmo-hf folders, and export to ONNX: the library under
+the commands `convert` (`convert.convert_checkpoint`, `hub.push_to_hub`), `convert-manylangs`
+(`manylangs.convert_manylangs`), `export` (`export.export_original`) and `export-onnx` (`onnx.export_onnx`).
+
+The functions are typed and raise `elmo_hf.errors.ElmoInputError` (input or options unusable, nothing written) or
+`ElmoRunError` (a failed write or push); the command line (`elmo_hf/cli`) parses options and maps these to exit
+statuses 2 and 1. Never copied into a saved folder."""

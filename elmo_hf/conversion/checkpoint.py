@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from elmo_hf import ElmoConfig
+from elmo_hf.errors import ElmoInputError
 
 # TensorFlow orders the LSTM gate blocks i, j (candidate), f, o; torch orders them i, f, g (candidate), o.
 TF_TO_TORCH_GATES = (0, 2, 1, 3)
@@ -37,8 +38,9 @@ TF_FORGET_BIAS = 1.0
 N_CHARACTERS = (261, 262)
 
 
-class ConversionError(ValueError):
-    """The checkpoint or the requested output cannot be used; the message says what is wrong and what to do."""
+class ConversionError(ElmoInputError):
+    """The checkpoint or the requested output cannot be used; the message says what is wrong and what to do (exit
+    status 2 of the commands)."""
 
 
 # Dataset names, as bilm-tf named its TensorFlow variables. `kind` of a highway layer is "carry" or "transform".

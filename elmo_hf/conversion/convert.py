@@ -16,6 +16,7 @@
     elmo-hf convert --options options.json --weights weights.hdf5 --output elmo-small
     elmo-hf convert ... --model-card small --push-to-hub NAMESPACE/elmo-small [--private]
         [--revision BRANCH | --create-pr] [--token TOKEN]
+    convert_checkpoint("options.json", "weights.hdf5", "elmo-small", model_card="small")   (from Python)
 
 The folder holds `config.json`, `model.safetensors` (float32), the tokenizer files and the model code, so that it
 loads with `AutoModel.from_pretrained(folder)` after `import elmo_hf`, or with `trust_remote_code=True` without it.
@@ -27,35 +28,25 @@ staging folders of processes that no longer run. With `--push-to-hub` the finish
 (`hub.py`).
 """
 
-import argparse
 import os
 import re
 import secrets
 import shutil
-import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from transformers.utils import logging
-from transformers.utils.logging import disable_progress_bar
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
+from elmo_hf.errors import ElmoInputError, ElmoRunError
+from elmo_hf.packaged_elmo import packaged_models, resolve_model_name
 
+from . import hub
 from .checkpoint import ConversionError, convert_config, read_options, read_weights, to_state_dict
-from .hub import (
-    HUB_RETRIES,
-    HUB_TIMEOUT,
-    MODEL_CARDS,
-    PUSH_ERRORS,
-    check_push_arguments,
-    describe_push_error,
-    model_card,
-    push_to_hub,
-    upload_command,
-)
 from .reference import every_character_sentence, reference_layers
 
 logger = logging.get_logger(__name__)
@@ -65,6 +56,9 @@ CHECK_ATOL, CHECK_RTOL = 1e-5, 1e-4
 # Folders of a conversion in progress beside its output: the new folder being written ("partial") and, during an
 # --overwrite, the previous output moved aside ("old"); PID is the converting process.
 STAGING_NAME = re.compile(r"\.(?P<output>.+)\.elmo-hf-(?P<kind>partial|old)-(?P<pid>\d+)-[0-9a-f]+")
+# What loading an unusable model folder raises: a config.json that is not JSON or holds a value the config refuses,
+# weights that safetensors cannot read.
+UNREADABLE_FOLDER_ERRORS = (OSError, ValueError, SafetensorError)
 
 
 def model_from_checkpoint(arrays: dict[str, np.ndarray], config: ElmoConfig) -> ElmoModel:
@@ -132,7 +126,28 @@ def check_output(output: str | os.PathLike, inputs: list[str | os.PathLike]) -> 
         raise ConversionError(
             f"--output {output} is or holds the current directory, which cannot be replaced; give a new folder."
         )
+    check_folder_path(output, ConversionError)
     return output
+
+
+def check_folder_path(folder: Path, error: type[ElmoInputError]) -> None:
+    """Raises `error` if `folder` or the nearest of its parents that exists is a file, not a folder."""
+    existing = next(path for path in (folder, *folder.parents) if path.exists() or path.is_symlink())
+    if not existing.is_dir():
+        where = "is a file" if existing == folder else f"is inside {existing}, which is a file"
+        raise error(f"--output {folder} {where}; give a folder path.")
+
+
+def model_folder(model: str | os.PathLike, error: type[ElmoInputError]) -> Path:
+    """The folder of `--model`: a folder holding a `config.json`, or the name of a model packaged with elmo-hf
+    (resolved offline); raises `error` for anything else."""
+    folder = Path(resolve_model_name(os.fspath(model)))
+    if not (folder / "config.json").is_file():
+        raise error(
+            f"--model {model} is neither a folder holding a config.json nor the name of a model packaged with elmo-hf "
+            f"({', '.join(packaged_models())}); give a folder written by `elmo-hf convert` or save_pretrained."
+        )
+    return folder
 
 
 def _running(pid: int) -> bool:
@@ -195,58 +210,91 @@ def staged_folder(output: Path, overwrite: bool, report: Callable[[str], None]) 
     """Yields an empty staging folder beside `output` that replaces `output` if the block succeeds.
 
     On any exception the staging folder and the parent folders created for it are removed and `output` is left as
-    it was. The folder and its files get the
-    umask's permissions, as `save_pretrained` gives them. `output` must be absolute (`check_output`).
+    it was; an `OSError` (a read-only folder, a full disk) becomes an `ElmoRunError` saying so. The folder and its
+    files get the umask's permissions, as `save_pretrained` gives them. `output` must be absolute (`check_output`).
     """
-    if output.exists() and not output.is_dir():
-        raise ConversionError(f"--output {output} is a file; give a folder path.")
     if output.is_dir() and any(output.iterdir()) and not overwrite:
         raise ConversionError(f"--output {output} is not empty; pass --overwrite to replace it.")
-    missing = [parent for parent in output.parents if not parent.exists()]  # created here, removed on failure
-    output.parent.mkdir(parents=True, exist_ok=True)
-    clean_leftovers(output.parent, report)
     staging = _staging_path(output, "partial")
-    staging.mkdir()
-    succeeded = False
     try:
-        yield staging
-        _respect_umask(staging)
-        if output.exists():
-            old = _staging_path(output, "old")
-            os.replace(output, old)
+        with created_folder(output.parent):
+            clean_leftovers(output.parent, report)
             try:
-                os.replace(staging, output)
-            except BaseException:
-                os.replace(old, output)
-                raise
-            try:
-                shutil.rmtree(old)
-            except OSError as error:
-                report(f"warning: the previous {output} is now at {old} and could not be removed ({error}); "
-                       "remove it by hand.")
-        else:
-            os.replace(staging, output)
-        succeeded = True
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)  # already gone if it became `output`
-        for parent in [] if succeeded else missing:
-            parent.rmdir()
+                staging.mkdir()
+                yield staging
+                _respect_umask(staging)
+                _replace(staging, output, report)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)  # already gone if it became `output`
+    except OSError as error:
+        raise write_error(output, error) from error
 
 
-def convert(options_path: str | os.PathLike, weights_path: str | os.PathLike, output: str | os.PathLike,
-            overwrite: bool = False, model_card_name: str | None = None, repo_id: str | None = None,
-            report: Callable[[str], None] = logger.info) -> Path:
-    """Converts, checks and saves; returns the output folder (absolute).
+def _replace(staging: Path, output: Path, report: Callable[[str], None]) -> None:
+    """Moves the complete folder `staging` to `output`, replacing a previous `output` only once the move succeeded."""
+    if not output.exists():
+        os.replace(staging, output)
+        return
+    old = _staging_path(output, "old")
+    os.replace(output, old)
+    try:
+        os.replace(staging, output)
+    except BaseException:
+        os.replace(old, output)
+        raise
+    try:
+        shutil.rmtree(old)
+    except OSError as error:
+        report(f"warning: the previous {output} is now at {old} and could not be removed ({error}); remove it by "
+               "hand.")
 
-    The README.md is card `model_card_name` (see `MODEL_CARDS`) or a generic one, showing how to load `repo_id`
-    (default: a placeholder). `report` receives what a user should read: the self-check's result per layer and any
-    leftovers of interrupted conversions that were cleaned.
+
+@contextmanager
+def created_folder(folder: Path) -> Iterator[None]:
+    """Creates `folder` and its missing parents; if the block raises, removes the folders it created (when empty)."""
+    missing = [folder, *folder.parents]
+    missing = missing[: next(index for index, path in enumerate(missing) if path.exists())]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        yield
+    except BaseException:
+        for path in missing:  # the deepest first
+            with suppress(OSError):
+                path.rmdir()
+        raise
+
+
+def write_error(output: Path, error: OSError, option: str = "--output ") -> ElmoRunError:
+    """The error of a write to `output` (given as `option`) that failed (a read-only folder, a full disk) and left
+    nothing behind."""
+    where = f" ({error.filename})" if error.filename else ""
+    return ElmoRunError(f"writing {option}{output} failed: {error.strerror or error}{where}. Nothing was written and "
+                        f"{output} is as it was.")
+
+
+def convert_checkpoint(options: str | os.PathLike, weights: str | os.PathLike, output: str | os.PathLike, *,
+                       overwrite: bool = False, model_card: str | None = None, repo_id: str | None = None,
+                       report: Callable[[str], None] = logger.info) -> Path:
+    """Converts, checks and saves an original checkpoint (`options.json` + weights `.hdf5`); returns the output folder
+    (absolute).
+
+    Args:
+        options, weights: the checkpoint's files.
+        output: the folder to write; it must be empty or absent unless `overwrite`.
+        overwrite: replace a non-empty `output` (only once the new folder is complete).
+        model_card: the README.md is this released checkpoint's card (see `hub.MODEL_CARDS`); default a generic one.
+        repo_id: the Hub id the card's example loads (default: a placeholder); `hub.push_to_hub` uploads the folder.
+        report: receives what a user should read: the self-check's result per layer and any leftovers of
+            interrupted conversions that were cleaned.
+
+    Raises `ConversionError` (an `ElmoInputError`) for a checkpoint or an `output` that cannot be used and
+    `ElmoRunError` if writing fails; in both cases nothing was written.
     """
-    output = check_output(output, [options_path, weights_path])
-    config = convert_config(read_options(options_path))
-    readme = model_card(config, model_card_name, repo_id, Path(weights_path).name)
+    output = check_output(output, [options, weights])
+    config = convert_config(read_options(options))
+    readme = hub.model_card(config, model_card, repo_id, Path(weights).name)
     with staged_folder(output, overwrite, report) as staging:
-        arrays = read_weights(weights_path, config)
+        arrays = read_weights(weights, config)
         model = model_from_checkpoint(arrays, config)
         differences = check_against_reference(model, arrays)
         layers = ", ".join(f"{index}: {difference:.2e}" for index, difference in enumerate(differences))
@@ -256,5 +304,3 @@ def convert(options_path: str | os.PathLike, weights_path: str | os.PathLike, ou
         ElmoTokenizer(max_characters_per_token=config.max_characters_per_token).save_pretrained(staging)
         (staging / "README.md").write_text(readme, encoding="utf-8")
     return output
-
-

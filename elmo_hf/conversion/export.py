@@ -24,20 +24,23 @@ format cannot express are refused; every array is checked to convert back to the
 written, and the folder appears only when complete.
 """
 
-import argparse
 import json
+import os
 import shutil
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from transformers.modeling_utils import load_state_dict
+from transformers.utils import logging
 
 from elmo_hf import ElmoConfig
 from elmo_hf.conversion.checkpoint import ConversionError, N_CHARACTERS, to_original, to_state_dict
-from elmo_hf.conversion.convert import check_output, staged_folder
+from elmo_hf.conversion.convert import UNREADABLE_FOLDER_ERRORS, check_output, model_folder, staged_folder
 from elmo_hf.corpus.data import VOCABULARY_FILE
+
+logger = logging.get_logger(__name__)
 
 OPTIONS_FILE = "options.json"
 WEIGHTS_FILE = "weights.hdf5"
@@ -48,19 +51,19 @@ ORIGINAL_MAX_CHARACTERS = 50
 BILM_PREFIX = "elmo."
 
 
-class ExportError(ConversionError):
-    """The folder cannot be written in the original format; the message says why."""
+class OriginalExportError(ConversionError):
+    """The folder cannot be written in the original format; the message says why (an `ElmoInputError`)."""
 
 
 def check_exportable(config: ElmoConfig) -> None:
     """Raises for configurations the original format cannot express."""
     if config.char_vocab_size != ORIGINAL_CHAR_VOCAB_SIZE:
-        raise ExportError(
+        raise OriginalExportError(
             f"char_vocab_size is {config.char_vocab_size}; the original format holds exactly "
             f"{ORIGINAL_CHAR_VOCAB_SIZE} character ids."
         )
     if config.max_characters_per_token != ORIGINAL_MAX_CHARACTERS:
-        raise ExportError(
+        raise OriginalExportError(
             f"max_characters_per_token is {config.max_characters_per_token}; AllenNLP reads exactly "
             f"{ORIGINAL_MAX_CHARACTERS} characters per word, so the original format cannot carry this model."
         )
@@ -73,7 +76,7 @@ def original_arrays(state_dict: dict[str, torch.Tensor], config: ElmoConfig) -> 
     arrays = {name: array.astype(np.float32) for name, array in to_original(ours, config).items()}
     for name, back in to_state_dict(arrays, config).items():
         if not np.allclose(back, ours[name], rtol=0, atol=1e-6):
-            raise ExportError(
+            raise OriginalExportError(
                 f"{name} has no exact counterpart in the original datasets (for example a non-zero padding row of "
                 "the character embeddings); the original format cannot hold this model."
             )
@@ -116,23 +119,36 @@ def _write_hdf5(path: Path, arrays: dict[str, np.ndarray]) -> None:
             file.create_dataset(name, data=array)
 
 
-def read_folder(model_folder: Path) -> tuple[ElmoConfig, dict[str, torch.Tensor]]:
-    """The folder's config and all its weights."""
-    if not (model_folder / "config.json").is_file():
-        raise ExportError(f"--model {model_folder} has no config.json; give an elmo-hf model folder.")
-    weights = sorted(model_folder.glob("*.safetensors"))
+def read_folder(folder: Path) -> tuple[ElmoConfig, dict[str, torch.Tensor]]:
+    """The config and all the weights of a model folder."""
+    weights = sorted(folder.glob("*.safetensors"))
     if not weights:
-        raise ExportError(f"--model {model_folder} has no .safetensors weights.")
+        raise OriginalExportError(f"--model {folder} has no .safetensors weights.")
     state_dict = {}
-    for path in weights:
-        state_dict.update(load_state_dict(path))
-    return ElmoConfig.from_pretrained(model_folder), state_dict
+    try:
+        config = ElmoConfig.from_pretrained(folder)
+        for path in weights:
+            state_dict.update(load_state_dict(path))
+    except UNREADABLE_FOLDER_ERRORS as error:
+        raise OriginalExportError(f"--model {folder} cannot be read: {error}") from error
+    return config, state_dict
 
 
-def export(model_folder: str | Path, output: str | Path, overwrite: bool = False) -> list[str]:
-    """Writes the original-format files of `model_folder` into `output`; returns the weights left out."""
-    model_folder = Path(model_folder)
-    config, state_dict = read_folder(model_folder)
+def export_original(model: str | os.PathLike, output: str | os.PathLike, *, overwrite: bool = False,
+                    report: Callable[[str], None] = logger.info) -> list[str]:
+    """Writes the original-format files of a model into the folder `output`; returns the weights left out.
+
+    Args:
+        model: an elmo-hf folder (base model, head or pretraining model) or a packaged model's name.
+        output: the folder to write; it must be empty or absent unless `overwrite`, and appears only when complete.
+        overwrite: replace a non-empty `output` (only once the new folder is complete).
+        report: receives the leftovers of interrupted runs that were cleaned.
+
+    Raises `OriginalExportError` (an `ElmoInputError`) for a model or an `output` that cannot be used and
+    `ElmoRunError` if writing fails; in both cases nothing was written.
+    """
+    model_dir = model_folder(model, OriginalExportError)
+    config, state_dict = read_folder(model_dir)
     check_exportable(config)
     if any(name.startswith(BILM_PREFIX) for name in state_dict):  # a head: the biLM is its `elmo` submodule
         bilm = {name.removeprefix(BILM_PREFIX): tensor for name, tensor in state_dict.items()
@@ -143,21 +159,16 @@ def export(model_folder: str | Path, output: str | Path, overwrite: bool = False
     arrays = original_arrays(bilm, config)
     softmax = {}
     if "softmax.weight" in others:
-        if not (model_folder / VOCABULARY_FILE).is_file():
-            raise ExportError(f"{model_folder} has a softmax but no {VOCABULARY_FILE}; its rows cannot be named.")
+        if not (model_dir / VOCABULARY_FILE).is_file():
+            raise OriginalExportError(f"{model_dir} has a softmax but no {VOCABULARY_FILE}; its rows cannot be named.")
         softmax = {f"softmax/{short}": state_dict[f"softmax.{name}"].float().numpy()
                    for short, name in (("W", "weight"), ("b", "bias"))}
         others = [name for name in others if not name.startswith("softmax.")]
 
-    def write(folder: Path):
-        (folder / OPTIONS_FILE).write_text(json.dumps(original_options(config), indent=1), encoding="utf-8")
-        _write_hdf5(folder / WEIGHTS_FILE, arrays)
+    with staged_folder(check_output(output, [model_dir]), overwrite, report) as staging:
+        (staging / OPTIONS_FILE).write_text(json.dumps(original_options(config), indent=1), encoding="utf-8")
+        _write_hdf5(staging / WEIGHTS_FILE, arrays)
         if softmax:
-            _write_hdf5(folder / SOFTMAX_FILE, softmax)
-            shutil.copy(model_folder / VOCABULARY_FILE, folder / VOCABULARY_FILE)
-
-    with staged_folder(check_output(output, [model_folder]), overwrite, print) as staging:
-        write(staging)
+            _write_hdf5(staging / SOFTMAX_FILE, softmax)
+            shutil.copy(model_dir / VOCABULARY_FILE, staging / VOCABULARY_FILE)
     return others
-
-

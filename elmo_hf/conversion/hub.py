@@ -18,7 +18,6 @@ writes them too. Every Hub call runs with a timeout and is retried on what `hugg
 (timeouts, network errors, 408/429/5xx answers), so a push ends, successfully or with an error, in bounded time.
 """
 
-import argparse
 import shlex
 import time
 from collections.abc import Callable
@@ -156,12 +155,13 @@ def push_to_hub(folder: str | Path, repo_id: str, token: str | None = None, priv
         session.timeout = previous_timeout
 
 
-def upload_command(folder: Path, args: argparse.Namespace) -> str:
-    """The `hf upload` command that pushes a kept folder as the failed `elmo-hf convert --push-to-hub` meant to."""
-    words = ["hf", "upload", args.push_to_hub, str(folder)]
-    words += ["--private"] if args.private else []
-    words += ["--revision", args.revision] if args.revision else []
-    words += ["--create-pr"] if args.create_pr else []
+def upload_command(folder: Path, repo_id: str, private: bool | None = None, revision: str | None = None,
+                   create_pr: bool = False) -> str:
+    """The `hf upload` command that pushes a kept folder as the failed `push_to_hub` meant to."""
+    words = ["hf", "upload", repo_id, str(folder)]
+    words += ["--private"] if private else []
+    words += ["--revision", revision] if revision else []
+    words += ["--create-pr"] if create_pr else []
     return shlex.join(words)
 
 
@@ -171,24 +171,28 @@ def describe_push_error(error: Exception) -> str:
     return message if isinstance(error, HfHubHTTPError) else f"{type(error).__name__}: {message}"
 
 
-def check_push_arguments(args: argparse.Namespace) -> str | None:
-    """The reason the requested push cannot work, checked before anything is converted; None if it can."""
-    if args.push_to_hub is None:
-        given = [option for option in ("private", "revision", "create_pr", "token") if getattr(args, option)]
-        return f"--{given[0].replace('_', '-')} needs --push-to-hub." if given else None
+def check_push_arguments(repo_id: str | None, token: str | None = None, private: bool | None = None,
+                         revision: str | None = None, create_pr: bool = False, timeout: float = HUB_TIMEOUT,
+                         retries: int = HUB_RETRIES) -> str | None:
+    """The reason the requested push (the arguments of `push_to_hub`, `repo_id` None for none) cannot work, checked
+    before anything is converted, in the words of the `convert` command's options; None if it can."""
+    if repo_id is None:
+        given = [option for option, value in (("private", private), ("revision", revision), ("create-pr", create_pr),
+                                              ("token", token)) if value]
+        return f"--{given[0]} needs --push-to-hub." if given else None
     try:
-        validate_repo_id(args.push_to_hub)
+        validate_repo_id(repo_id)
     except HFValidationError as error:
-        return f"--push-to-hub {args.push_to_hub!r} is not a valid repository id: {error}"
-    if "/" not in args.push_to_hub:
-        return f"--push-to-hub {args.push_to_hub!r} needs its namespace, as in 'your-name/{args.push_to_hub}'."
-    if args.create_pr and args.revision not in (None, DEFAULT_REVISION):
+        return f"--push-to-hub {repo_id!r} is not a valid repository id: {error}"
+    if "/" not in repo_id:
+        return f"--push-to-hub {repo_id!r} needs its namespace, as in 'your-name/{repo_id}'."
+    if create_pr and revision not in (None, DEFAULT_REVISION):
         return (
             f"--create-pr opens a pull request against {DEFAULT_REVISION!r}; it cannot go with --revision "
-            f"{args.revision!r}. Push to the branch without --create-pr, or open the pull request without --revision."
+            f"{revision!r}. Push to the branch without --create-pr, or open the pull request without --revision."
         )
-    if args.hub_timeout <= 0 or args.hub_retries < 0:
+    if timeout <= 0 or retries < 0:
         return "--hub-timeout must be positive and --hub-retries at least 0."
-    if args.token is None and get_token() is None:
+    if token is None and get_token() is None:
         return "pushing needs a Hub token with write access: run `hf auth login`, set HF_TOKEN or pass --token."
     return None

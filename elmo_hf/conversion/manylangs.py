@@ -15,6 +15,7 @@
 
     elmo-hf convert-manylangs --model zhs.model --language zh --output elmo-zhs
     python -m elmo_hf.cli convert-manylangs ...   (the same, from a checkout)
+    convert_manylangs("zhs.model", "elmo-zhs", language="zh")   (the same, from Python)
 
 Their folder holds `config.json` (the training options, whose `config_path` names the architecture file),
 `char.dic` and `word.dic` (`entry\\tid` lines), and `token_embedder.pkl` / `encoder.pkl` (`torch.save(state_dict)`).
@@ -26,7 +27,6 @@ against an independent NumPy implementation of their computation, and the folder
 succeeded. Their names and layouts live in this file only.
 """
 
-import argparse
 import json
 import os
 import pickle
@@ -68,6 +68,17 @@ BEGIN_SENTENCE, END_SENTENCE = "<bos>", "<eos>"
 CHARACTER_ENTRIES = (BEGIN_SENTENCE, END_SENTENCE, "<oov>", "<pad>", "<bow>", "<eow>")
 WORD_ENTRIES = ("<oov>", "<pad>")
 REPOSITORY = "https://github.com/HIT-SCIR/ELMoForManyLangs"
+# The whole-number fields of their architecture and the least value of each (None: any; a word_dim of 0 or less
+# means no word embedding, as in their code; the character CNN is required).
+ARCHITECTURE_SIZES = {
+    ("token_embedder", "max_characters_per_token"): 1,
+    ("token_embedder", "word_dim"): None,
+    ("token_embedder", "char_dim"): 1,
+    ("token_embedder", "n_highway"): 0,
+    ("encoder", "projection_dim"): 1,
+    ("encoder", "dim"): 1,
+    ("encoder", "n_layers"): 1,
+}
 # The self-check runs the converted model in float64: it must agree with the reference to round-off.
 CHECK_TOLERANCE = 1e-9
 
@@ -77,9 +88,16 @@ def read_lexicon(path: Path) -> dict[str, int]:
     whitespace (stripped away, leaving only the id) is filed under U+3000, so the real " " is unknown."""
     if not path.is_file():
         raise ConversionError(f"{path} not found; an ELMoForManyLangs model folder holds char.dic and word.dic.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConversionError(
+            f"{path} is not UTF-8 text (byte {error.start}: {error.reason}); their Embedder reads it as UTF-8, so "
+            "this file is damaged or not theirs."
+        ) from error
     lexicon = {}
     # Their codecs reader splits lines as str.splitlines does (also at U+2028, U+0085, ...).
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         fields = line.strip().split("\t")
         if len(fields) == 1:
             fields.insert(0, "\u3000")
@@ -89,6 +107,10 @@ def read_lexicon(path: Path) -> dict[str, int]:
         except ValueError:
             raise ConversionError(
                 f"{path} line {number} is not 'entry<TAB>id': {line!r}; their Embedder cannot read this file either."
+            )
+        if lexicon[entry] < 0:
+            raise ConversionError(
+                f"{path} line {number} gives {entry!r} the negative id {index}; ids are embedding rows, 0 and up."
             )
     return lexicon
 
@@ -103,12 +125,21 @@ def read_architecture(model_dir: Path) -> dict:
         config_path = json.loads(options_path.read_text(encoding="utf-8"))["config_path"]
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
         raise ConversionError(f"{options_path} has no readable 'config_path' ({error}).")
+    if not isinstance(config_path, str) or not config_path:
+        raise ConversionError(
+            f"'config_path' in {options_path} is {config_path!r}, not a file name; their Embedder reads the "
+            "architecture from the JSON file it names."
+        )
     for candidate in (model_dir / config_path, model_dir / Path(config_path).name):
         if candidate.is_file():
             try:
-                return json.loads(candidate.read_text(encoding="utf-8"))
+                architecture = json.loads(candidate.read_text(encoding="utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError) as error:
                 raise ConversionError(f"architecture file {candidate} is not valid JSON ({error}).")
+            if not isinstance(architecture, dict):
+                raise ConversionError(f"architecture file {candidate} is not a JSON object of 'encoder' and "
+                                      "'token_embedder'.")
+            return architecture
     if Path(config_path).name in PACKAGED_ARCHITECTURE_FILES:
         return PACKAGED_ARCHITECTURE
     raise ConversionError(
@@ -126,15 +157,28 @@ def convert_config(architecture: dict, num_chars: int, num_words: int) -> dict:
                 f"encoder {encoder['name']!r} with token embedder {embedder['name']!r}: only the 'elmo' encoder with "
                 "the 'cnn' token embedder (every released model) is an ELMo biLM elmo-hf can run."
             )
-        if embedder["char_dim"] <= 0:
-            raise ConversionError("token_embedder.char_dim is 0 (no character CNN); elmo-hf needs the character CNN.")
+        sizes = {(section, key): value for section, part in (("encoder", encoder), ("token_embedder", embedder))
+                 for key, value in part.items()}
+        for (section, key), minimum in ARCHITECTURE_SIZES.items():
+            value = sizes[section, key]
+            if type(value) is not int or (minimum is not None and value < minimum):
+                least = "" if minimum is None else f" of at least {minimum}"
+                why = " (elmo-hf needs the character CNN)" if key == "char_dim" else ""
+                raise ConversionError(f"{section}.{key} is {value!r}; it must be a whole number{least}{why}.")
+        filters = embedder["filters"]
+        if not isinstance(filters, list) or not filters or not all(
+            isinstance(bank, list) and len(bank) == 2 and all(type(value) is int and value > 0 for value in bank)
+            for bank in filters
+        ):
+            raise ConversionError(f"token_embedder.filters is {filters!r}; it must be a list of [width, number] "
+                                  "pairs of positive whole numbers.")
         fields = {
             "char_vocab_size": num_chars + 1,
             "max_characters_per_token": embedder["max_characters_per_token"],
             "word_embedding_vocab_size": num_words + 1 if embedder["word_dim"] > 0 else 0,
             "word_embedding_dim": max(embedder["word_dim"], 0),
             "char_embedding_dim": embedder["char_dim"],
-            "filters": [list(bank) for bank in embedder["filters"]],
+            "filters": [list(bank) for bank in filters],
             "activation": embedder["activation"],
             "num_highway_layers": embedder["n_highway"],
             "projection_dim": encoder["projection_dim"],
@@ -424,12 +468,16 @@ outputs = model(**inputs, output_hidden_states=True)
 """
 
 
-def convert(model_dir: str | os.PathLike, output: str | os.PathLike, language: str, overwrite: bool = False,
-            repo_id: str | None = None, report: Callable[[str], None] = logger.info) -> Path:
+def convert_manylangs(model_dir: str | os.PathLike, output: str | os.PathLike, *, language: str,
+                      overwrite: bool = False, repo_id: str | None = None,
+                      report: Callable[[str], None] = logger.info) -> Path:
     """Converts, checks and saves an ELMoForManyLangs folder; returns the output folder (absolute).
 
-    The model card shows how to load `repo_id` (default: a placeholder); `report` receives what a user should read:
-    the self-check's result per layer and any leftovers of interrupted conversions that were cleaned.
+    `language` is the model card's language code; the card shows how to load `repo_id` (default: a placeholder).
+    `output` and `overwrite` are as in `convert_checkpoint`. `report` receives what a user should read: the
+    self-check's result per layer and any leftovers of interrupted conversions that were cleaned. Raises
+    `ConversionError` (an `ElmoInputError`) for a folder or an `output` that cannot be used and `ElmoRunError` if
+    writing fails; in both cases nothing was written.
     """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():

@@ -1,14 +1,14 @@
 """Print the largest absolute differences between elmo-hf and the original ELMo on the fixture checkpoints.
 
-    python -m elmo_hf.conversion.parity_report [--fixtures tests/fixtures]
+    python -m elmo_hf.conversion.parity_report [FIXTURES]   (default: tests/fixtures)
 
 For each fixture set: the top layer against the original's stateful outputs (10 batches of 3, `lstm_state` carried),
 the first batch run statelessly, the token layer against `elmo_token_embeddings.hdf5` (allennlp set), and every layer
 against the float64 reference of the original computation (`reference.reference_layers`), each sentence alone.
 """
 
-import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,7 +20,7 @@ from transformers.utils.logging import disable_progress_bar
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.conversion import manylangs
 from elmo_hf.conversion.checkpoint import convert_config, read_options, read_weights
-from elmo_hf.conversion.convert import convert
+from elmo_hf.conversion.convert import convert_checkpoint
 from elmo_hf.conversion.reference import reference_layers, words_to_char_ids
 
 
@@ -103,25 +103,23 @@ def compare(what: str, pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[str,
     return what, difference, close
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--fixtures", default=Path("tests") / "fixtures", type=Path)
-    args = parser.parse_args()
+def main(fixtures: Path = Path("tests") / "fixtures") -> None:
+    """Prints the table for the fixture sets in `fixtures`."""
     disable_progress_bar()
     tokenizer = ElmoTokenizer()
     print("| fixture set | comparison | max abs diff | allclose(atol=1e-6, rtol=1e-5) |\n|---|---|---|---|")
     with tempfile.TemporaryDirectory() as scratch:
         for name in ("allennlp", "bilm-tf"):
-            folder = args.fixtures / name
-            output = convert(folder / "options.json", folder / "lm_weights.hdf5", Path(scratch) / name)
+            folder = fixtures / name
+            output = convert_checkpoint(folder / "options.json", folder / "lm_weights.hdf5", Path(scratch) / name)
             model = ElmoModel.from_pretrained(output).eval()
             for what, difference, close in report(folder, model, tokenizer):
                 print(f"| {name} | {what} | {difference:.2e} | {close} |")
-        folder = args.fixtures / "manylangs"
-        output = manylangs.convert(folder / "model", Path(scratch) / "manylangs", language="zh")
+        folder = fixtures / "manylangs"
+        output = manylangs.convert_manylangs(folder / "model", Path(scratch) / "manylangs", language="zh")
         for what, difference, close in manylangs_report(folder, output):
             print(f"| manylangs (ELMoForManyLangs) | {what} | {difference:.2e} | {close} |")
 
 
 if __name__ == "__main__":
-    main()
+    main(*map(Path, sys.argv[1:2]))
