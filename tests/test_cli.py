@@ -44,3 +44,12 @@ def test_library_errors_become_one_error_line_and_the_rule_s_exit_status(monkeyp
     monkeypatch.setattr(cli.COMMANDS["perplexity"], "run", run)
     assert cli.main(["perplexity", "--model", "m", "--text", "t"]) == status
     assert capsys.readouterr().err == f"error: {error}\n"
+
+
+def test_an_interrupt_is_exit_status_130(monkeypatch, capsys):
+    def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.COMMANDS["perplexity"], "run", run)
+    assert cli.main(["perplexity", "--model", "m", "--text", "t"]) == 130
+    assert "interrupted" in capsys.readouterr().err

@@ -53,6 +53,9 @@ def run_subcommand(name: str, argv: list[str] | None = None) -> int:
     except ElmoRunError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: nothing incomplete was moved into place.", file=sys.stderr)
+        return 130
 
 
 def main(argv: list[str] | None = None) -> int:
