@@ -1,0 +1,99 @@
+"""elmo_hf.integrations.sentence_transformers: ELMo as the input module of a SentenceTransformer (mean of the words'
+vectors), encode, save and load; and the `datasets.Dataset.map` recipes (per-word vectors, sentence vectors)."""
+
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+from sentence_transformers import SentenceTransformer
+
+from elmo_hf import ElmoModel, ElmoTokenizer
+from elmo_hf.integrations.ray import ElmoBatchEmbedder
+from elmo_hf.integrations.sentence_transformers import ElmoSentenceModule
+
+TEXTS = ["ELMo reads characters.", "Words, not subwords, and a longer sentence than the others.", "", "Über café 😀"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """A small random biLM saved as an ELMo folder."""
+    path = tmp_path_factory.mktemp("tiny-elmo")
+    torch.manual_seed(0)
+    ElmoModel(tiny_config()).save_pretrained(path)
+    ElmoTokenizer().save_pretrained(path)
+    return path
+
+
+def expected_sentence_vectors(folder: Path, texts: list[str], weights: list[float], gamma: float = 1.0) -> np.ndarray:
+    """The mean over each text's words of `gamma * sum_j weights_j * layer_j`, each text computed alone."""
+    model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+    rows = []
+    for text in texts:
+        with torch.inference_mode():
+            layers = model(**tokenizer([text], return_tensors="pt"), output_hidden_states=True).hidden_states
+        mixed = gamma * sum(weight * layer[0].double() for weight, layer in zip(weights, layers))
+        rows.append(mixed.mean(0).numpy() if len(mixed) else np.zeros(mixed.shape[-1]))
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize(
+    "settings, weights",
+    [
+        ({}, [1 / 3] * 3),
+        ({"layers": "top"}, [0, 0, 1]),
+        ({"layers": "mix", "mix_weights": [0.2, 0.3, 0.5], "gamma": 2.0}, [0.4, 0.6, 1.0]),
+        ({"layers": "learned", "scalar_parameters": [0.0, 0.0, float(np.log(2))]}, [0.25, 0.25, 0.5]),
+    ],
+)
+def test_encode_gives_the_mean_of_the_words_vectors(folder, settings, weights):
+    model = SentenceTransformer(modules=[ElmoSentenceModule(folder, **settings)], device="cpu")
+    embeddings = model.encode(TEXTS, batch_size=2)
+    assert embeddings.shape == (len(TEXTS), 16) and model.get_embedding_dimension() == 16
+    assert np.allclose(embeddings, expected_sentence_vectors(folder, TEXTS, weights), atol=1e-6, rtol=1e-5)
+    assert not embeddings[2].any()  # a text without words: the zero vector
+    words = model.encode(TEXTS[:1], output_value="token_embeddings")[0]
+    assert words.shape == (4, 16)  # ELMo , reads , characters , .
+
+
+def test_save_and_load_round_trip(folder, tmp_path):
+    module = ElmoSentenceModule(folder, layers="learned", scalar_parameters=[0.5, -1.0, 2.0], gamma=0.7)
+    model = SentenceTransformer(modules=[module], device="cpu")
+    model.save(str(tmp_path / "saved"))
+    with pytest.raises(ValueError, match="trust_remote_code=True"):  # sentence-transformers' rule for its modules
+        SentenceTransformer(str(tmp_path / "saved"), device="cpu")
+    loaded = SentenceTransformer(str(tmp_path / "saved"), device="cpu", trust_remote_code=True)
+    assert isinstance(loaded[0], ElmoSentenceModule) and loaded[0].get_config_dict() == module.get_config_dict()
+    assert np.array_equal(loaded.encode(TEXTS), model.encode(TEXTS))
+    for name, parameter in ElmoModel.from_pretrained(tmp_path / "saved").state_dict().items():  # an ELMo folder too
+        assert torch.equal(parameter, module.elmo.state_dict()[name]), name
+
+
+def test_bad_settings_are_refused(folder):
+    with pytest.raises(ValueError, match="layers must be one of"):
+        ElmoSentenceModule(folder, layers="all")
+    with pytest.raises(ValueError, match="needs mix_weights"):
+        ElmoSentenceModule(folder, layers="mix")
+    with pytest.raises(ValueError, match="scalar_parameters apply to layers='learned' only"):
+        ElmoSentenceModule(folder, scalar_parameters=[0.0, 0.0, 0.0])
+    model = SentenceTransformer(modules=[ElmoSentenceModule(folder)], device="cpu")
+    with pytest.raises(TypeError, match="embeds texts"):
+        model.encode([("a", "pair")])
+
+
+def test_datasets_map_recipes(folder):
+    """The README's recipes: per-word vectors with ElmoBatchEmbedder, sentence vectors with the SentenceTransformer."""
+    dataset = datasets.Dataset.from_dict({"text": TEXTS})
+    embedder = ElmoBatchEmbedder(folder, layers="top", split="default", batch_size=2, device="cpu")
+    with_vectors = dataset.map(embedder, batched=True, batch_size=3)
+    model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+    for row, text in zip(with_vectors, TEXTS):
+        with torch.inference_mode():
+            expected = model(**tokenizer([text], return_tensors="pt")).last_hidden_state[0].numpy()
+        vectors = np.asarray(row["vectors"], dtype=np.float32).reshape(-1, 16)
+        assert row["text"] == text and np.allclose(vectors, expected, atol=1e-6, rtol=1e-5)
+    sentences = SentenceTransformer(modules=[ElmoSentenceModule(folder)], device="cpu")
+    with_embeddings = dataset.map(lambda batch: {"embedding": sentences.encode(batch["text"])}, batched=True)
+    assert np.allclose(np.array(with_embeddings["embedding"]), sentences.encode(TEXTS), atol=1e-6, rtol=1e-5)
