@@ -14,7 +14,7 @@ from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.integrations.ray import ElmoBatchEmbedder
 from elmo_hf.integrations.sentence_transformers import ElmoSentenceModule
 
-TEXTS = ["ELMo reads characters.", "Words, not subwords, and a longer sentence than the others.", "", "Über café 😀"]
+TEXTS = ["ELMo reads characters.", "Words, not subwords, and a longer sentence than others.", "", "Über café 😀"]
 
 
 @pytest.fixture(scope="module")

@@ -137,7 +137,9 @@ class ElmoSentenceModule(InputModule):
         local_files_only: bool = False,
         **kwargs,
     ) -> "ElmoSentenceModule":
-        hub = {"token": token, "cache_folder": cache_folder, "revision": revision, "local_files_only": local_files_only}
+        hub = {
+            "token": token, "cache_folder": cache_folder, "revision": revision, "local_files_only": local_files_only
+        }
         config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub)
         folder = cls.load_dir_path(model_name_or_path, subfolder=subfolder, **hub)
         return cls(folder, **config)
