@@ -2,6 +2,8 @@
 command's file (bitwise), the original's stateful outputs, and AllenNLP's character ids."""
 
 import json
+import re
+import textwrap
 from pathlib import Path
 
 import h5py
@@ -13,6 +15,7 @@ from conftest import FIXTURES, expected_top_layer, fixture_sentences
 from elmo_hf.cli import main
 from elmo_hf.integrations.allennlp import ElmoEmbedder, batch_to_ids
 
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "migrating_from_allennlp.md"
 SENTENCES = [" ".join(words) for batch in fixture_sentences("allennlp") for words in batch]
 # Lengths vary (so grouping by length reorders them), one line is empty and one repeats an earlier one.
 LINES = SENTENCES[:9] + ["", "  spaced   out  "] + SENTENCES[:2] + [SENTENCES[3][:20]]
@@ -148,3 +151,10 @@ def test_bad_arguments_are_refused_with_the_fix(converted):
         ElmoEmbedder(converted["allennlp"], **ORIGINAL)
     with pytest.raises(ValueError, match="model_dtype"):
         ElmoEmbedder(converted["allennlp"], model_dtype="float64")
+
+
+def test_migration_guide_python_blocks_run():
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.DOTALL)
+    assert len(blocks) == 3
+    for block in blocks:
+        exec(compile(textwrap.dedent(block), str(GUIDE), "exec"), {})

@@ -1,5 +1,6 @@
-"""elmo_hf.integrations.ray: ElmoBatchEmbedder under Ray Data's map_batches on a local Ray cluster, from a text file to
-Parquet, bitwise the `elmo-hf embed` command's vectors for the same lines; and each layer choice against the command."""
+"""elmo_hf.integrations.ray: ElmoBatchEmbedder under Ray Data's map_batches on a local Ray cluster, from a text file
+to Parquet, bitwise the `elmo-hf embed` command's vectors for the same lines; and each layer choice against the
+command."""
 
 from pathlib import Path
 
