@@ -1,6 +1,7 @@
 """elmo_hf.integrations.sentence_transformers: ELMo as the input module of a SentenceTransformer (mean of the words'
 vectors), encode, save and load; and the `datasets.Dataset.map` recipes (per-word vectors, sentence vectors)."""
 
+import re
 from pathlib import Path
 
 import datasets
@@ -14,6 +15,7 @@ from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.integrations.ray import ElmoBatchEmbedder
 from elmo_hf.integrations.sentence_transformers import ElmoSentenceModule
 
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "integrations.md"
 TEXTS = ["ELMo reads characters.", "Words, not subwords, and a longer sentence than others.", "", "Über café 😀"]
 
 
@@ -97,3 +99,18 @@ def test_datasets_map_recipes(folder):
     sentences = SentenceTransformer(modules=[ElmoSentenceModule(folder)], device="cpu")
     with_embeddings = dataset.map(lambda batch: {"embedding": sentences.encode(batch["text"])}, batched=True)
     assert np.allclose(np.array(with_embeddings["embedding"]), sentences.encode(TEXTS), atol=1e-6, rtol=1e-5)
+
+
+def test_integration_guide_python_blocks_run(tmp_path, monkeypatch):
+    """docs/integrations.md's sentence-transformers and datasets blocks (the Ray block is
+    tests/test_integrations_ray.py's pipeline on a cluster of its own)."""
+    monkeypatch.chdir(tmp_path)  # the sentence-transformers block saves a folder
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.DOTALL)
+    runnable = [block for block in blocks if not block.startswith("import ray\n")]
+    assert len(blocks) == 3 and len(runnable) == 2
+    encoded, mapped = {}, {}
+    for block, namespace in zip(runnable, (encoded, mapped)):
+        exec(compile(block, str(GUIDE), "exec"), namespace)
+    assert encoded["embeddings"].shape == (2, 384) and tuple(encoded["words"].shape) == (4, 384)
+    assert [len(vectors) for vectors in mapped["with_vectors"]["vectors"]] == [4, 5]  # words: ELMo reads characters .
+    assert len(mapped["with_embeddings"]["embedding"][0]) == 384
