@@ -9,25 +9,13 @@ import numpy as np
 import pyarrow.parquet
 import pytest
 import ray
-import torch
-from conftest import fixture_sentences, tiny_config
+from conftest import fixture_sentences
 
-from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.cli import main
 from elmo_hf.integrations.ray import ElmoBatchEmbedder
 
 SENTENCES = [" ".join(words) for batch in fixture_sentences("allennlp") for words in batch]
 LINES = SENTENCES[:7] + ["", "  spaced   out  "] + SENTENCES[:2]  # one empty line, one repeated sentence
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
-    """A small random biLM saved as an ELMo folder."""
-    path = tmp_path_factory.mktemp("tiny-elmo")
-    torch.manual_seed(0)
-    ElmoModel(tiny_config()).save_pretrained(path)
-    ElmoTokenizer().save_pretrained(path)
-    return path
 
 
 @pytest.fixture
@@ -46,15 +34,15 @@ def embed_command(lines_file: Path, folder: Path, *options: str) -> dict[str, np
         return {name: file[name][...] for name in file}
 
 
-def test_ray_data_from_text_to_parquet_is_the_embed_commands_vectors(folder, lines_file, tmp_path):
-    expected = embed_command(lines_file, folder)
+def test_ray_data_from_text_to_parquet_is_the_embed_commands_vectors(tiny_folder, lines_file, tmp_path):
+    expected = embed_command(lines_file, tiny_folder)
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
     try:
         ray.data.DataContext.get_current().execution_options.preserve_order = True
         dataset = ray.data.read_text(str(lines_file), drop_empty_lines=False)
         vectors = dataset.map_batches(
             ElmoBatchEmbedder,
-            fn_constructor_kwargs={"model": str(folder), "batch_size": 4},
+            fn_constructor_kwargs={"model": str(tiny_folder), "batch_size": 4},
             batch_size=64,  # all lines in one call: the command's grouping of them into batches of 4
             batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=1),
@@ -82,24 +70,24 @@ def test_ray_data_from_text_to_parquet_is_the_embed_commands_vectors(folder, lin
         ({"split": "default"}, ["--split", "default"]),
     ],
 )
-def test_each_layer_choice_is_the_embed_commands(folder, lines_file, settings, options):
-    expected = embed_command(lines_file, folder, *options)
-    embedder = ElmoBatchEmbedder(folder, batch_size=4, output_column="elmo", device="cpu", **settings)
+def test_each_layer_choice_is_the_embed_commands(tiny_folder, lines_file, settings, options):
+    expected = embed_command(lines_file, tiny_folder, *options)
+    embedder = ElmoBatchEmbedder(tiny_folder, batch_size=4, output_column="elmo", device="cpu", **settings)
     batch = embedder({"text": np.array(LINES, dtype=object), "id": np.arange(len(LINES))})
     assert list(batch["id"]) == list(range(len(LINES))) and batch["elmo"].dtype == object
     for key, vectors in enumerate(batch["elmo"]):
         assert vectors.dtype == expected[str(key)].dtype and np.array_equal(vectors, expected[str(key)]), key
 
 
-def test_bad_input_is_refused_with_the_fix(folder):
-    embedder = ElmoBatchEmbedder(folder, device="cpu")
+def test_bad_input_is_refused_with_the_fix(tiny_folder):
+    embedder = ElmoBatchEmbedder(tiny_folder, device="cpu")
     with pytest.raises(KeyError, match="text_column"):
         embedder({"line": np.array(["a b"], dtype=object)})
     with pytest.raises(TypeError, match="must hold str, found bytes"):
         embedder({"text": np.array([b"a b"], dtype=object)})
     with pytest.raises(ValueError, match="split must be one of"):
-        ElmoBatchEmbedder(folder, split="bert")
+        ElmoBatchEmbedder(tiny_folder, split="bert")
     with pytest.raises(ValueError, match="needs mix_weights"):
-        ElmoBatchEmbedder(folder, layers="mix")
+        ElmoBatchEmbedder(tiny_folder, layers="mix")
     with pytest.raises(ValueError, match="dtype must be one of"):
-        ElmoBatchEmbedder(folder, dtype="int8")
+        ElmoBatchEmbedder(tiny_folder, dtype="int8")

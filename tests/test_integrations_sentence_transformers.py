@@ -8,7 +8,6 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
 from sentence_transformers import SentenceTransformer
 
 from elmo_hf import ElmoModel, ElmoTokenizer
@@ -17,16 +16,6 @@ from elmo_hf.integrations.sentence_transformers import ElmoSentenceModule
 
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "integrations.md"
 TEXTS = ["ELMo reads characters.", "Words, not subwords, and a longer sentence than others.", "", "Über café 😀"]
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
-    """A small random biLM saved as an ELMo folder."""
-    path = tmp_path_factory.mktemp("tiny-elmo")
-    torch.manual_seed(0)
-    ElmoModel(tiny_config()).save_pretrained(path)
-    ElmoTokenizer().save_pretrained(path)
-    return path
 
 
 def expected_sentence_vectors(folder: Path, texts: list[str], weights: list[float], gamma: float = 1.0) -> np.ndarray:
@@ -50,18 +39,18 @@ def expected_sentence_vectors(folder: Path, texts: list[str], weights: list[floa
         ({"layers": "learned", "scalar_parameters": [0.0, 0.0, float(np.log(2))]}, [0.25, 0.25, 0.5]),
     ],
 )
-def test_encode_gives_the_mean_of_the_words_vectors(folder, settings, weights):
-    model = SentenceTransformer(modules=[ElmoSentenceModule(folder, **settings)], device="cpu")
+def test_encode_gives_the_mean_of_the_words_vectors(tiny_folder, settings, weights):
+    model = SentenceTransformer(modules=[ElmoSentenceModule(tiny_folder, **settings)], device="cpu")
     embeddings = model.encode(TEXTS, batch_size=2)
     assert embeddings.shape == (len(TEXTS), 16) and model.get_embedding_dimension() == 16
-    assert np.allclose(embeddings, expected_sentence_vectors(folder, TEXTS, weights), atol=1e-6, rtol=1e-5)
+    assert np.allclose(embeddings, expected_sentence_vectors(tiny_folder, TEXTS, weights), atol=1e-6, rtol=1e-5)
     assert not embeddings[2].any()  # a text without words: the zero vector
     words = model.encode(TEXTS[:1], output_value="token_embeddings")[0]
     assert words.shape == (4, 16)  # ELMo , reads , characters , .
 
 
-def test_save_and_load_round_trip(folder, tmp_path):
-    module = ElmoSentenceModule(folder, layers="learned", scalar_parameters=[0.5, -1.0, 2.0], gamma=0.7)
+def test_save_and_load_round_trip(tiny_folder, tmp_path):
+    module = ElmoSentenceModule(tiny_folder, layers="learned", scalar_parameters=[0.5, -1.0, 2.0], gamma=0.7)
     model = SentenceTransformer(modules=[module], device="cpu")
     model.save(str(tmp_path / "saved"))
     with pytest.raises(ValueError, match="trust_remote_code=True"):  # sentence-transformers' rule for its modules
@@ -73,30 +62,30 @@ def test_save_and_load_round_trip(folder, tmp_path):
         assert torch.equal(parameter, module.elmo.state_dict()[name]), name
 
 
-def test_bad_settings_are_refused(folder):
+def test_bad_settings_are_refused(tiny_folder):
     with pytest.raises(ValueError, match="layers must be one of"):
-        ElmoSentenceModule(folder, layers="all")
+        ElmoSentenceModule(tiny_folder, layers="all")
     with pytest.raises(ValueError, match="needs mix_weights"):
-        ElmoSentenceModule(folder, layers="mix")
+        ElmoSentenceModule(tiny_folder, layers="mix")
     with pytest.raises(ValueError, match="scalar_parameters apply to layers='learned' only"):
-        ElmoSentenceModule(folder, scalar_parameters=[0.0, 0.0, 0.0])
-    model = SentenceTransformer(modules=[ElmoSentenceModule(folder)], device="cpu")
+        ElmoSentenceModule(tiny_folder, scalar_parameters=[0.0, 0.0, 0.0])
+    model = SentenceTransformer(modules=[ElmoSentenceModule(tiny_folder)], device="cpu")
     with pytest.raises(TypeError, match="embeds texts"):
         model.encode([("a", "pair")])
 
 
-def test_datasets_map_recipes(folder):
+def test_datasets_map_recipes(tiny_folder):
     """The README's recipes: per-word vectors with ElmoBatchEmbedder, sentence vectors with the SentenceTransformer."""
     dataset = datasets.Dataset.from_dict({"text": TEXTS})
-    embedder = ElmoBatchEmbedder(folder, layers="top", split="default", batch_size=2, device="cpu")
+    embedder = ElmoBatchEmbedder(tiny_folder, layers="top", split="default", batch_size=2, device="cpu")
     with_vectors = dataset.map(embedder, batched=True, batch_size=3)
-    model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+    model, tokenizer = ElmoModel.from_pretrained(tiny_folder).eval(), ElmoTokenizer.from_pretrained(tiny_folder)
     for row, text in zip(with_vectors, TEXTS):
         with torch.inference_mode():
             expected = model(**tokenizer([text], return_tensors="pt")).last_hidden_state[0].numpy()
         vectors = np.asarray(row["vectors"], dtype=np.float32).reshape(-1, 16)
         assert row["text"] == text and np.allclose(vectors, expected, atol=1e-6, rtol=1e-5)
-    sentences = SentenceTransformer(modules=[ElmoSentenceModule(folder)], device="cpu")
+    sentences = SentenceTransformer(modules=[ElmoSentenceModule(tiny_folder)], device="cpu")
     with_embeddings = dataset.map(lambda batch: {"embedding": sentences.encode(batch["text"])}, batched=True)
     assert np.allclose(np.array(with_embeddings["embedding"]), sentences.encode(TEXTS), atol=1e-6, rtol=1e-5)
 
