@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import FIXTURES, expected_top_layer, fixture_sentences
 
+from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.cli import main
 from elmo_hf.integrations.allennlp import ElmoEmbedder, batch_to_ids
 
@@ -142,7 +143,22 @@ def test_sentence_keys_and_forgotten_sentences(embedder, tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["forgot.hdf5", "keys.hdf5", "lines.txt"]
 
 
-def test_bad_arguments_are_refused_with_the_fix(converted):
+def test_a_character_dictionary_model_reads_its_own_ids(tmp_path):
+    """An ELMoForManyLangs model (code-point dictionary, word ids): the embedder encodes with the model's tokenizer."""
+    from elmo_hf.conversion.manylangs import convert
+
+    folder = convert(FIXTURES / "manylangs" / "model", tmp_path / "elmo-zh", language="zh")
+    sentences = json.loads((FIXTURES / "manylangs" / "ids.json").read_text(encoding="utf-8"))["sentences"]
+    model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+    inputs = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        expected = torch.stack(model(**inputs, output_hidden_states=True).hidden_states, dim=1).numpy()
+    arrays = ElmoEmbedder(folder).embed_batch(sentences)
+    for row, (words, array) in enumerate(zip(sentences, arrays)):
+        np.testing.assert_allclose(array, expected[row, :, : len(words)], atol=1e-6, rtol=1e-5)
+
+
+def test_bad_arguments_are_refused_with_the_fix(converted, monkeypatch):
     with pytest.raises(ValueError, match="not both"):
         ElmoEmbedder(converted["allennlp"], device="cpu", cuda_device=0)
     with pytest.raises(ValueError, match="both options_file and weight_file"):
@@ -151,6 +167,10 @@ def test_bad_arguments_are_refused_with_the_fix(converted):
         ElmoEmbedder(converted["allennlp"], **ORIGINAL)
     with pytest.raises(ValueError, match="model_dtype"):
         ElmoEmbedder(converted["allennlp"], model_dtype="float64")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for arguments in ({"model": converted["allennlp"]}, ORIGINAL):
+        with pytest.raises(ValueError, match="torch sees no CUDA GPU; use device='cpu'"):
+            ElmoEmbedder(**arguments, cuda_device=0)
 
 
 def test_migration_guide_python_blocks_run():

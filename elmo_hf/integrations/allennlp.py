@@ -43,7 +43,7 @@ import torch
 from .. import ElmoModel, ElmoTokenizer
 from ..corpus.embed import MODEL_DTYPES, write_index
 from ..packaged_elmo import DEFAULT_MODEL
-from .vectors import WordVectors, load_elmo
+from .vectors import WordVectors, check_settings, load_elmo
 
 DEFAULT_BATCH_SIZE = 64  # AllenNLP's
 OUTPUT_FORMATS = ("all", "top", "average")
@@ -123,8 +123,7 @@ class ElmoEmbedder:
                     "an original checkpoint needs both options_file and weight_file, and no model; or give model "
                     "alone (a packaged name, a converted folder or a Hub id)."
                 )
-            if model_dtype not in MODEL_DTYPES:
-                raise ValueError(f"model_dtype must be one of {sorted(MODEL_DTYPES)}, got {model_dtype!r}.")
+            check_settings(device, model_dtype)
             elmo, tokenizer = _load_original(options_file, weight_file)
             elmo = elmo.to(device, dtype=MODEL_DTYPES[model_dtype])
         else:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .. import ElmoModel, ElmoScalarMix, ElmoTokenizer
-from ..corpus.embed import MODEL_DTYPES, OUTPUT_DTYPES, Sentence, length_grouped_batches, load_model
+from ..corpus.embed import MODEL_DTYPES, OUTPUT_DTYPES, CharIdEncoder, Sentence, length_grouped_batches, load_model
 from ..packaged_elmo import resolve_model_name
 
 LAYERS = ("all", "top", "average", "mix")
@@ -35,15 +35,20 @@ def default_device(device: str | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
+def check_settings(device: torch.device, model_dtype: str) -> None:
+    """Refuses a model dtype elmo-hf does not run in, and a GPU that torch does not see, before anything loads."""
+    if model_dtype not in MODEL_DTYPES:
+        raise ValueError(f"model_dtype must be one of {sorted(MODEL_DTYPES)}, got {model_dtype!r}.")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device} was asked for, but torch sees no CUDA GPU; use device='cpu'.")
+
+
 def load_elmo(
     model: str | os.PathLike, device: torch.device, model_dtype: str = "float32"
 ) -> tuple[ElmoModel, ElmoTokenizer]:
     """The biLM (in eval mode, on `device`) and tokenizer of a packaged model's name, a converted folder or a Hub id;
     a task head's folder gives its biLM. Raises `ValueError` naming the problem for anything else."""
-    if model_dtype not in MODEL_DTYPES:
-        raise ValueError(f"model_dtype must be one of {sorted(MODEL_DTYPES)}, got {model_dtype!r}.")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device} was asked for, but torch sees no CUDA GPU; use device='cpu'.")
+    check_settings(device, model_dtype)
     return load_model(str(resolve_model_name(str(model))), model_dtype, device)
 
 
@@ -96,6 +101,9 @@ class WordVectors:
         if dtype not in OUTPUT_DTYPES:
             raise ValueError(f"dtype must be one of {sorted(OUTPUT_DTYPES)}, got {dtype!r}.")
         self.model, self.tokenizer, self.layers, self.dtype = model, tokenizer, layers, dtype
+        # UTF-8 byte ids: the command's cached encoder of the same ids (many times faster than the tokenizer's call);
+        # a character dictionary (ELMoForManyLangs): the tokenizer.
+        self.encoder = CharIdEncoder(tokenizer.max_characters_per_token) if tokenizer.char_vocab is None else None
         self.num_representations = model.config.num_layers + 1
         self.mix = layer_mix(layers, self.num_representations, mix_weights, gamma)
         if self.mix is not None:
@@ -114,9 +122,12 @@ class WordVectors:
         `stateful` the final LSTM state, the run starting from `lstm_state` (None: zeros)."""
         if not sentences:
             return [], lstm_state
-        inputs = self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
-        input_ids = inputs["input_ids"].to(self.model.device)
-        attention_mask = inputs["attention_mask"].to(self.model.device)
+        if self.encoder is not None:
+            input_ids, attention_mask = self.encoder(sentences)
+        else:
+            inputs = self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+            input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]
+        input_ids, attention_mask = input_ids.to(self.model.device), attention_mask.to(self.model.device)
         with torch.inference_mode():
             outputs = self.model(
                 input_ids=input_ids,
@@ -165,4 +176,4 @@ class WordVectors:
             next_key += 1
 
 
-__all__ = ["LAYERS", "WordVectors", "default_device", "layer_mix", "load_elmo", "select_layers"]
+__all__ = ["LAYERS", "WordVectors", "check_settings", "default_device", "layer_mix", "load_elmo", "select_layers"]
