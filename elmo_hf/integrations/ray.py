@@ -18,12 +18,12 @@ column of per-word vectors.
     import ray
     from elmo_hf.integrations.ray import ElmoBatchEmbedder
 
-    dataset = ray.data.read_text("corpus/*.txt")                        # a "text" column, one line a row
+    dataset = ray.data.read_text("corpus/*.txt", drop_empty_lines=False)  # a "text" column, one line a row
     vectors = dataset.map_batches(
         ElmoBatchEmbedder,
-        fn_constructor_kwargs={"model": "elmo-original", "layers": "top", "dtype": "float16"},
+        fn_constructor_kwargs={"model": "/shared/elmo-original", "layers": "top", "dtype": "float16"},
         batch_size=1024,                                                # rows per call; grouped by length inside
-        concurrency=8,                                                  # actors, each with its own model
+        compute=ray.data.ActorPoolStrategy(size=8),                     # actors, each with its own model
         num_gpus=1,                                                     # per actor; leave out on CPUs (num_cpus=k)
     )
     vectors.write_parquet("vectors/")
