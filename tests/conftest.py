@@ -60,6 +60,16 @@ def tokenizer() -> ElmoTokenizer:
 
 
 @pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory) -> Path:
+    """A small random biLM (`tiny_config`) saved as an ELMo folder, with the UTF-8 byte tokenizer."""
+    path = tmp_path_factory.mktemp("tiny-elmo")
+    torch.manual_seed(0)
+    ElmoModel(tiny_config()).save_pretrained(path)
+    ElmoTokenizer().save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def converted(tmp_path_factory) -> dict[str, Path]:
     """Both fixture checkpoints converted once with conversion/convert.py."""
     root = tmp_path_factory.mktemp("converted")
