@@ -564,6 +564,7 @@ class EmbedRun:
         self.words_embedded = 0
         self.sentences_embedded = 0
         self.writer_error: BaseException | None = None
+        self.failed = False  # the run failed (not interrupted): the writer drops its open part rather than keep it
         self.input_digest = hashlib.sha256()
         self.input_lines = 0
 
@@ -695,7 +696,10 @@ class EmbedRun:
                     progress.update(len(sentences_))
                     rate = self.words_embedded / max(time.perf_counter() - start, 1e-9)
                     progress.set_postfix_str(f"{rate:,.0f} words/s", refresh=False)
-                writer.close_part()  # also when stopped: what it holds is complete
+                if self.failed:
+                    writer.abort()
+                else:
+                    writer.close_part()  # also when interrupted: what it holds is complete
             except OSError as error:
                 writer.abort()
                 self.writer_error = EmbedRunError(
@@ -725,7 +729,8 @@ class EmbedRun:
                     put(results, (kind, batch, vectors), self.stop)
             put(results, None, self.stop)
             writer_thread.join()
-        except BaseException:
+        except BaseException as error:
+            self.failed = not isinstance(error, KeyboardInterrupt)
             self.stop.set()
             writer_thread.join(timeout=10)
             raise
