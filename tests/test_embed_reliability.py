@@ -349,3 +349,42 @@ def test_the_library_function_takes_typed_options_and_refuses_bad_ones(model_dir
         with pytest.raises(EmbedError):
             embed_corpus(source, tmp_path / "bad.hdf5", model=model_dir, **options)
     assert not (tmp_path / "bad.hdf5").exists()
+
+
+def test_a_disk_that_fills_under_hdf5_is_one_error_line_and_resume_completes(model_dir, tmp_path, monkeypatch,
+                                                                             capsys):
+    """Item 4, below h5py: the file system refuses bytes once `room` are written (HDF5 itself meets the full disk, as
+    on a real one, where it printed thousands of errors and crashed). One error line, exit 1, the parts written before
+    kept, and --resume completes the file."""
+    room = [30_000]
+    original = embed_module.GuardedFile.__init__
+
+    class SmallDisk:
+        def __init__(self, raw):
+            self.raw = raw
+
+        def write(self, data):
+            if len(memoryview(data).cast("B")) > room[0]:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            room[0] -= len(memoryview(data).cast("B"))
+            return self.raw.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.raw, name)
+
+    def init(self, path):
+        original(self, path)
+        self.raw = SmallDisk(self.raw)
+
+    source = write_lines(tmp_path / "in.txt", [f"{line} {key}" for key, line in enumerate(LINES * 6)])
+    output = tmp_path / "out.hdf5"
+    with monkeypatch.context() as patch:
+        patch.setattr(embed_module.GuardedFile, "__init__", init)
+        assert embed(source, output, "--model", model_dir, "--part-size", 5) == 1
+    error = one_error_line(capsys.readouterr().err)
+    kept = len(list((tmp_path / "out.hdf5.partial").glob("part-*.hdf5")))
+    assert "No space left on device" in error and f"the {kept} completed parts are kept" in error and kept >= 1
+    assert not output.exists() and not list((tmp_path / "out.hdf5.partial").glob("*.tmp"))
+    assert embed(source, output, "--model", model_dir, "--resume") == 0
+    assert embed(source, tmp_path / "fresh.hdf5", "--model", model_dir) == 0
+    assert_same(output, tmp_path / "fresh.hdf5")

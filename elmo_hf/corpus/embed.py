@@ -322,6 +322,66 @@ def verify_written(path: Path, shapes: dict[int, tuple[int, ...]], index: dict[s
         )
 
 
+class GuardedFile:
+    """The file under an HDF5 file being written (through h5py's file-object driver). The first write error (a full
+    disk, a failing device) is kept in `error` and later writes are dropped, so that HDF5 never meets a failed write
+    (it then prints errors without end and can crash the process) and the writer reports the error once."""
+
+    def __init__(self, path: Path):
+        self.raw = open(path, "w+b", buffering=0)
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        size = len(view)
+        while self.error is None and view:
+            try:
+                written = self.raw.write(view)
+                if not written:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[written:]
+            except OSError as error:
+                self.error = error
+        return size
+
+    def read(self, size: int = -1) -> bytes:
+        return self.raw.read(size)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+    def truncate(self, size: int | None = None) -> int:
+        if self.error is None:
+            try:
+                return self.raw.truncate(size)
+            except OSError as error:
+                self.error = error
+        return self.raw.tell() if size is None else size
+
+    def flush(self):
+        """Unbuffered: nothing to flush (`close` syncs the file)."""
+
+    def check(self):
+        """Raises the first write error, if any."""
+        if self.error is not None:
+            raise self.error
+
+    def close(self):
+        """Syncs the file to disk and closes it; raises the first write error, if any."""
+        if not self.raw.closed:
+            try:
+                if self.error is None:
+                    os.fsync(self.raw.fileno())
+            except OSError as error:
+                self.error = error
+            finally:
+                self.raw.close()
+        self.check()
+
+
 class PartWriter:
     """Writes vectors into part files `part-NNNNNN.hdf5` of a `.partial` folder: each is written as `*.tmp`, read back
     and checked once closed, then renamed, so a part that exists is complete. Also keeps the index {sentence: last key}
@@ -333,6 +393,7 @@ class PartWriter:
         self.part_size = part_size
         self.number = max((int(path.stem.split("-")[1]) + 1 for path in folder.glob("part-*.hdf5")), default=0)
         self.file: h5py.File | None = None
+        self.guard: GuardedFile | None = None
         self.part_index: dict[str, int] = {}
         self.part_shapes: dict[int, tuple[int, ...]] = {}
         self.opened = 0.0
@@ -354,11 +415,13 @@ class PartWriter:
 
     def write(self, sentence: Sentence, vectors: np.ndarray):
         if self.file is None:
-            self.file = h5py.File(self.path().with_suffix(".tmp"), "w")
+            self.guard = GuardedFile(self.path().with_suffix(".tmp"))
+            self.file = h5py.File(self.guard, "w")
             self.file.attrs[SETTINGS_ATTR] = json.dumps(self.settings)
             self.opened = time.monotonic()
         dataset = self.file.create_dataset(str(sentence.key), data=vectors)
         dataset.attrs[LINE_ATTR] = line_hash(sentence.text)
+        self.guard.check()
         self.part_shapes[sentence.key] = vectors.shape
         if sentence.key > self.part_index.get(sentence.text, -1):
             self.part_index[sentence.text] = sentence.key
@@ -372,10 +435,9 @@ class PartWriter:
         if self.file is None:
             return
         write_index(self.file, self.part_index)
-        self.file.flush()
-        os.fsync(self.file.id.get_vfd_handle())
         self.file.close()
         self.file = None
+        self.guard.close()
         temporary = self.path().with_suffix(".tmp")
         verify_written(temporary, self.part_shapes, self.part_index)
         os.replace(temporary, self.path())
@@ -384,12 +446,19 @@ class PartWriter:
         self.number += 1
         self.completed += 1
 
+    def write_error(self) -> OSError | None:
+        """The first error writing the open part (a full disk), if any."""
+        return None if self.guard is None else self.guard.error
+
     def abort(self):
         """Drops the open part after a failure (its sentences are embedded again on --resume)."""
         if self.file is not None:
             with contextlib.suppress(Exception):
                 self.file.close()
             self.file = None
+        if self.guard is not None:
+            with contextlib.suppress(OSError):
+                self.guard.close()
         with contextlib.suppress(OSError):
             self.path().with_suffix(".tmp").unlink()
         for key in self.part_shapes:
@@ -415,8 +484,10 @@ def merge_into(
     for key, path in sources.items():
         by_file.setdefault(path, []).append(key)
     shapes: dict[int, tuple[int, ...]] = {}
+    guard = None
     try:
-        with h5py.File(temporary, "w") as merged:
+        guard = GuardedFile(temporary)
+        with h5py.File(guard, "w") as merged:
             merged.attrs[SETTINGS_ATTR] = json.dumps(settings)
             merged.attrs[INPUT_ATTR] = json.dumps(input_identity)
             for path, keys in by_file.items():
@@ -431,20 +502,22 @@ def merge_into(
                         except (OSError, KeyError) as error:
                             raise EmbedRunError(f"cannot read line {key}'s vectors in {path} ({describe(error)})")
                         merged.create_dataset(str(key), data=data).attrs[LINE_ATTR] = hashed
+                        guard.check()
                         shapes[key] = data.shape
             write_index(merged, index)
-            merged.flush()
-            os.fsync(merged.id.get_vfd_handle())
+        guard.close()
         verify_written(temporary, shapes, index)
         os.replace(temporary, target)
         fsync_folder(target.parent)
-    except OSError as error:
+    except BaseException as error:
+        cause = guard.error if guard is not None and guard.error is not None else error
+        if guard is not None:
+            with contextlib.suppress(OSError):
+                guard.close()
         with contextlib.suppress(OSError):
             temporary.unlink()
-        raise EmbedRunError(f"cannot write {target} ({describe(error)})") from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
+        if isinstance(cause, OSError) or (isinstance(cause, RuntimeError) and not isinstance(cause, ElmoRunError)):
+            raise EmbedRunError(f"cannot write {target} ({describe(cause)})") from None
         raise
 
 
@@ -700,16 +773,15 @@ class EmbedRun:
                     writer.abort()
                 else:
                     writer.close_part()  # also when interrupted: what it holds is complete
-            except OSError as error:
-                writer.abort()
-                self.writer_error = EmbedRunError(
-                    f"cannot write {writer.path().with_suffix('.tmp')} ({describe(error)}); free space in (or fix) "
-                    f"{self.partial.parent}"
-                )
-                self.stop.set()
             except BaseException as error:  # handed to the main thread, which reports it
+                cause = writer.write_error() or error  # HDF5's own error after a failed write says less
                 writer.abort()
-                self.writer_error = error
+                if isinstance(cause, OSError):
+                    cause = EmbedRunError(
+                        f"cannot write {writer.path().with_suffix('.tmp')} ({describe(cause)}); free space in (or "
+                        f"fix) {self.partial.parent}"
+                    )
+                self.writer_error = cause
                 self.stop.set()
 
         reader_thread = threading.Thread(target=read, name="elmo-embed-reader", daemon=True)
