@@ -342,7 +342,7 @@ def test_the_library_function_takes_typed_options_and_refuses_bad_ones(model_dir
     summary = embed_corpus(source, tmp_path / "out.hdf5", model=model_dir, layers="top", progress=False)
     assert summary.sentences == len(LINES) - 1 and summary.merged and summary.target == tmp_path / "out.hdf5"
     model = ElmoModel.from_pretrained(model_dir).eval()
-    with open(source, "rb") as stream:
+    with open(source, encoding="latin-1") as stream:  # a text stream: its bytes are read, as UTF-8
         embed_corpus(stream, tmp_path / "pair.hdf5", model=(model, ElmoTokenizer()), layers="top", progress=False)
     assert_same(tmp_path / "pair.hdf5", tmp_path / "out.hdf5")
     for options in ({"layers": "bogus"}, {"batch_size": 0}, {"part_size": True}, {"dtype": "int8"}):

@@ -1084,8 +1084,8 @@ def embed_corpus(
     progress: bool = True,
     threads: int | None = None,
 ) -> EmbedSummary:
-    """Embeds every line of `source` (a text file, `"-"` for standard input, or an open binary stream) into the HDF5
-    file `output` (see the module's docstring for the layout).
+    """Embeds every line of `source` (a text file, `"-"` for standard input, or an open stream, whose bytes are read
+    as UTF-8) into the HDF5 file `output` (see the module's docstring for the layout).
 
     `model`: a packaged model's name, a converted folder or Hub id (loaded in `model_dtype` onto `device`), or an
     `(ElmoModel, ElmoTokenizer)` pair used as it is. `layers`: `all`, `top`, `average` or `mix` (`gamma * sum_j
@@ -1107,7 +1107,8 @@ def embed_corpus(
     output = Path(output)
     target = shard_path(output, rank, world_size) if world_size > 1 else output
     if source == "-":
-        source = sys.stdin.buffer
+        source = sys.stdin
+    source = getattr(source, "buffer", source)  # the bytes under a text stream: lines are decoded here
     path = None if hasattr(source, "read") else Path(source)
     if path is None and world_size > 1:
         raise EmbedError(
