@@ -345,6 +345,8 @@ def test_the_library_function_takes_typed_options_and_refuses_bad_ones(model_dir
     with open(source, encoding="latin-1") as stream:  # a text stream: its bytes are read, as UTF-8
         embed_corpus(stream, tmp_path / "pair.hdf5", model=(model, ElmoTokenizer()), layers="top", progress=False)
     assert_same(tmp_path / "pair.hdf5", tmp_path / "out.hdf5")
+    with pytest.raises(EmbedError, match="training mode"):
+        embed_corpus(source, tmp_path / "bad.hdf5", model=(model.train(), ElmoTokenizer()))
     for options in ({"layers": "bogus"}, {"batch_size": 0}, {"part_size": True}, {"dtype": "int8"}):
         with pytest.raises(EmbedError):
             embed_corpus(source, tmp_path / "bad.hdf5", model=model_dir, **options)

@@ -1121,6 +1121,8 @@ def embed_corpus(
         torch.set_num_threads(threads)
     if isinstance(model, tuple):
         model, tokenizer = model
+        if model.training:
+            raise EmbedError("the model given is in training mode (dropout is on); call model.eval() first.")
         if device is not None:
             model = model.to(resolve_device(device, local_rank))
         device = next(model.parameters()).device
