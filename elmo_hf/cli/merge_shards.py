@@ -16,9 +16,8 @@ torchrun or accelerate without merging them itself (no process group, or `--no-m
 
 import argparse
 import sys
-from pathlib import Path
 
-from ..corpus.embed import EmbedError, merge_shards
+from ..corpus.embed import merge_shards
 from . import run_subcommand
 
 SUMMARY = "merge the shards of an `elmo-hf embed` run under torchrun"
@@ -26,19 +25,13 @@ SUMMARY = "merge the shards of an `elmo-hf embed` run under torchrun"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("output", help="the OUTPUT given to elmo-hf embed; its shards are OUTPUT.shard-R-of-N")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT (default: off)")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    output = Path(args.output)
-    try:
-        if output.exists() and not args.overwrite:
-            raise EmbedError(f"{output} exists; pass --overwrite to replace it.")
-        world_size = merge_shards(output)
-    except EmbedError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(f"merged {world_size} shards into {output}", file=sys.stderr)
+    """`elmo-hf merge-shards`: 0 on success; errors become exit statuses in `run_subcommand`."""
+    world_size = merge_shards(args.output, overwrite=args.overwrite)
+    print(f"merged {world_size} shards into {args.output}", file=sys.stderr)
     return 0
 
 

@@ -11,31 +11,39 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""`elmo-hf embed`: ELMo vectors for a corpus, one sentence a line, into an HDF5 file laid out as `allennlp elmo`'s.
+"""ELMo vectors for a corpus, one sentence a line, into an HDF5 file laid out as `allennlp elmo`'s: `embed_corpus` and
+`merge_shards`, which `elmo-hf embed` and `elmo-hf merge-shards` wrap.
 
-    elmo-hf embed sentences.txt vectors.hdf5 --model elmo-demo                 # all layers, float32
-    cat raw.txt | elmo-hf embed - vectors.hdf5 --model elmo-demo --split default --layers top --dtype float16
-    torchrun --nproc_per_node 4 --no-python elmo-hf embed sentences.txt vectors.hdf5 --model elmo-demo
+    embed_corpus("sentences.txt", "vectors.hdf5", model="elmo-en-mini")             # all layers, float32
+    embed_corpus(sys.stdin.buffer, "top.hdf5", split="default", layers="top", dtype="float16")
 
 The file holds one dataset per input line, named by its 0-based line number: `(num_layers + 1, words, dim)` with
-`--layers all`, `(words, dim)` otherwise (an empty line gives 0 words), and `sentence_to_index`, a one-element string
+`layers="all"`, `(words, dim)` otherwise (an empty line gives 0 words), and `sentence_to_index`, a one-element string
 dataset holding the JSON object `{sentence: line number}` (the last line of a repeated sentence), as `allennlp elmo`
-writes it. The root attribute `elmo_hf_settings` records the settings, which `--resume` checks.
+writes it. The run's identity is stored with it: the root attribute `elmo_hf_settings` (the settings and a
+fingerprint of the model's config and weights), `elmo_hf_input` (a hash of the whole input) and, on every line's
+dataset, `elmo_hf_line_sha256` (a hash of that line's text). `resume=True` keeps a line's vectors only where the
+settings, the model and that line's text are the same, and embeds every other line again.
 
 Input is streamed: a reader thread splits and encodes lines and groups them by length into batches, the model runs in
 the main thread, and a writer thread writes the vectors, so that reading and writing overlap the model's compute.
-Vectors go to complete part files in `OUTPUT.partial/` (each written under a temporary name and renamed when closed),
-which are merged into a temporary file renamed to OUTPUT at the end: OUTPUT is never partly written, and an
-interrupted run loses at most one part (`--part-size` sentences), which `--resume` then completes.
+Vectors go to part files in `OUTPUT.partial/` (each written under a temporary name, read back and checked, then
+renamed), which are merged into a temporary file, checked the same way and renamed to OUTPUT at the end: OUTPUT is
+never partly written, and an interrupted or failed run loses at most one part (`part_size` sentences), which
+`resume=True` then completes. A lock on `OUTPUT.partial/lock` refuses a second run on the same output.
 
 Under `torchrun` or another launcher that sets `RANK` and `WORLD_SIZE`, process `rank` embeds the lines whose number
 is `rank` modulo the number of processes into `OUTPUT.shard-RANK-of-N`; with a process group available (`MASTER_ADDR`
-set) rank 0 merges the shards into OUTPUT when all are written, otherwise `elmo-hf merge-shards OUTPUT` does.
+set) rank 0 merges the shards into OUTPUT when all are written, otherwise `merge_shards(OUTPUT)` does. Every process
+reads the input file itself, so standard input is refused under several processes.
 """
 
-import argparse
 import contextlib
 import datetime
+import errno
+import fcntl
+import glob
+import hashlib
 import json
 import os
 import queue
@@ -43,33 +51,46 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import h5py
 import numpy as np
 import torch
 
-from ..packaged_elmo import DEFAULT_MODEL
+from ..errors import ElmoInputError, ElmoRunError
+from ..packaged_elmo import DEFAULT_MODEL, resolve_model_name
 
 INDEX_NAME = "sentence_to_index"  # the dataset allennlp writes the sentence -> key JSON object into
 SETTINGS_ATTR = "elmo_hf_settings"
+INPUT_ATTR = "elmo_hf_input"  # root attribute: {"sha256": hash of the input's bytes, "lines": its line count}
+LINE_ATTR = "elmo_hf_line_sha256"  # attribute of each line's dataset: a hash of the line's stripped text
 PARTIAL_SUFFIX = ".partial"
 RUN_FILE = "run.json"  # marks a `.partial` folder as ours, with the settings of its run
+LOCK_FILE = "lock"  # in a `.partial` folder: held (flock) by the run writing it
 MERGE_TEMPORARY = "merged.hdf5.tmp"
-PART_SECONDS = 60.0  # a part is closed after this long even if it holds fewer than --part-size sentences
+PART_SECONDS = 60.0  # a part is closed after this long even if it holds fewer than `part_size` sentences
 POOL_BATCHES = 32  # lines read ahead and sorted by length, in batches: longer pools pad less, hold more in memory
 QUEUE_BATCHES = 4  # batches waiting between threads
 ENCODER_CACHE_WORDS = 200_000
 OUTPUT_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 MODEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+LAYER_CHOICES = ("all", "top", "average", "mix")
+SPLIT_CHOICES = ("whitespace", "default")
+DECODING_ERRORS = ("strict", "replace")
 DISTRIBUTED_TIMEOUT = datetime.timedelta(days=7)  # ranks wait at a barrier for the slowest one
 
 
-class EmbedError(ValueError):
-    """The command cannot run as asked; the message says what is wrong and what to do."""
+class EmbedError(ElmoInputError):
+    """Input or options that `embed_corpus` / `merge_shards` cannot use; the message says what is wrong and what to
+    do. Nothing was written (exit status 2)."""
+
+
+class EmbedRunError(ElmoRunError):
+    """A failure while embedding or merging (a full disk, a write error, a failing model); the completed parts are
+    kept for `resume=True`, as the message says (exit status 1)."""
 
 
 @dataclass
@@ -81,6 +102,19 @@ class Sentence:
     words: list[str]
 
 
+@dataclass
+class EmbedSummary:
+    """What a call of `embed_corpus` did: `target` is OUTPUT, or this process's shard under several processes."""
+
+    target: Path
+    sentences: int  # sentences embedded by this run (not those kept from an earlier one)
+    words: int
+    seconds: float  # from the first line read to the last written (model loading and the merge excluded)
+    rank: int
+    world_size: int
+    merged: bool  # OUTPUT holds every line (one process, or rank 0 merged the shards)
+
+
 def shard_path(output: Path, rank: int, world_size: int) -> Path:
     return output.with_name(f"{output.name}.shard-{rank}-of-{world_size}")
 
@@ -89,8 +123,36 @@ def partial_folder(target: Path) -> Path:
     return target.with_name(target.name + PARTIAL_SUFFIX)
 
 
-def read_lines(stream: BinaryIO, name: str, errors: str) -> Iterator[tuple[int, str]]:
-    """(key, stripped line) for every line of a binary stream, decoded as UTF-8."""
+def line_hash(text: str) -> str:
+    """The identity of a line's text, stored on its dataset."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """A hash of the model's config (without its path and version) and of every weight's name, dtype, shape and
+    bytes: two folders holding the same model have the same fingerprint, a re-converted or retrained one another."""
+    config = {
+        name: value
+        for name, value in model.config.to_dict().items()
+        if name not in ("_name_or_path", "transformers_version", "dtype")
+    }
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().reshape(-1).contiguous().cpu()
+        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(flat.view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def describe(error: BaseException) -> str:
+    """The first line of an error's message (an OSError's strerror where it has one)."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return (str(error).splitlines() or [type(error).__name__])[0]
+
+
+def read_lines(stream: BinaryIO, name: str, errors: str) -> Iterator[tuple[int, bytes, str]]:
+    """(key, raw bytes, stripped line) for every line of a binary stream, decoded as UTF-8."""
     for key, raw in enumerate(stream):
         try:
             text = raw.decode("utf-8", errors=errors)
@@ -99,7 +161,7 @@ def read_lines(stream: BinaryIO, name: str, errors: str) -> Iterator[tuple[int, 
                 f"line {key + 1} of {name} is not valid UTF-8 (byte {raw[error.start]:#04x} at byte offset "
                 f"{error.start} of the line); fix the input or pass --errors replace to read it as U+FFFD."
             ) from None
-        yield key, text.strip()
+        yield key, raw, text.strip()
 
 
 def count_lines(path: Path, errors: str) -> int:
@@ -167,12 +229,12 @@ def length_grouped_batches(
 
 @dataclass
 class ExistingVectors:
-    """Complete datasets already written (by an earlier run) that a `--resume` run keeps: key -> file, the shape of
-    each, and the sentence each file's index names for a key."""
+    """Complete datasets already written (by an earlier run) that a resumed run may keep: key -> file, the shape of
+    each, and the hash of the line each was computed from."""
 
     files: dict[int, Path]
     shapes: dict[int, tuple[int, ...]]
-    sentences: dict[int, str]
+    hashes: dict[int, str]
 
 
 def read_settings(file: h5py.File, path: Path) -> dict:
@@ -190,29 +252,46 @@ def read_index(file: h5py.File) -> dict[str, int]:
     return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
 
 
+def settings_difference(found: dict, settings: dict) -> str:
+    """The settings that differ, as `name=value found` (the model as `model (its config or weights)`)."""
+    names = sorted(set(found) | set(settings))
+    return ", ".join(
+        "model (its config or weights)" if name == "model" else f"{name}={found.get(name)!r}"
+        for name in names
+        if found.get(name) != settings.get(name)
+    )
+
+
 def scan_existing(paths: list[Path], settings: dict) -> ExistingVectors:
     """Datasets of the files a resumed run starts from, later files overriding earlier ones; refuses a file written
-    with other settings."""
+    with other settings or by another model."""
     existing = ExistingVectors({}, {}, {})
     for path in paths:
         try:
             with h5py.File(path, "r") as file:
                 found = read_settings(file, path)
                 if found != settings:
-                    changed = ", ".join(
-                        f"{name}={found.get(name)!r}" for name in settings if found.get(name) != settings[name]
-                    )
                     raise EmbedError(
-                        f"{path} was written with other settings ({changed}); rerun with those settings, or use "
-                        "--overwrite to start over."
+                        f"{path} was written with other settings ({settings_difference(found, settings)}); rerun "
+                        "with those settings and that model, or use --overwrite to start over."
                     )
                 for name, dataset in file.items():
-                    if name.isdigit():
-                        existing.files[int(name)] = path
-                        existing.shapes[int(name)] = dataset.shape
-                existing.sentences.update({int(key): sentence for sentence, key in read_index(file).items()})
-        except OSError as error:
-            raise EmbedError(f"cannot read {path} ({error}); use --overwrite to start over.") from None
+                    if not name.isdigit():
+                        continue
+                    if LINE_ATTR not in dataset.attrs:
+                        raise EmbedError(
+                            f"{path} was written by an older elmo-hf, without line hashes; use --overwrite."
+                        )
+                    existing.files[int(name)] = path
+                    existing.shapes[int(name)] = dataset.shape
+                    existing.hashes[int(name)] = str(dataset.attrs[LINE_ATTR])
+        except (OSError, json.JSONDecodeError) as error:
+            hint = (
+                "delete that part and rerun with --resume (its lines are embedded again)"
+                if path.parent.name.endswith(PARTIAL_SUFFIX)
+                else "use --overwrite to start over"
+            )
+            raise EmbedError(f"cannot read {path} ({describe(error)}); {hint}.") from None
     return existing
 
 
@@ -220,10 +299,93 @@ def expected_shape(settings: dict, num_words: int, num_layers: int, dim: int) ->
     return (num_layers, num_words, dim) if settings["layers"] == "all" else (num_words, dim)
 
 
+def fsync_folder(folder: Path) -> None:
+    """Makes a rename in `folder` durable."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def verify_written(path: Path, shapes: dict[int, tuple[int, ...]], index: dict[str, int]) -> None:
+    """Reads a closed file back: exactly the datasets `shapes` names, with those shapes and a line hash each, and the
+    index as written; raises EmbedRunError otherwise (a write the file system lost)."""
+    with h5py.File(path, "r") as file:
+        found = {int(name): file[name].shape for name in file if name.isdigit()}
+        hashed = all(LINE_ATTR in file[str(key)].attrs for key in found)
+        read_back = {sentence: int(key) for sentence, key in read_index(file).items()}
+    if found != shapes or not hashed or read_back != index:
+        raise EmbedRunError(
+            f"{path} does not read back as written ({len(found)} of {len(shapes)} datasets, index "
+            f"{'intact' if read_back == index else 'damaged'}); the file system lost data."
+        )
+
+
+class GuardedFile:
+    """The file under an HDF5 file being written (through h5py's file-object driver). The first write error (a full
+    disk, a failing device) is kept in `error` and later writes are dropped, so that HDF5 never meets a failed write
+    (it then prints errors without end and can crash the process) and the writer reports the error once."""
+
+    def __init__(self, path: Path):
+        self.raw = open(path, "w+b", buffering=0)
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        size = len(view)
+        while self.error is None and view:
+            try:
+                written = self.raw.write(view)
+                if not written:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[written:]
+            except OSError as error:
+                self.error = error
+        return size
+
+    def read(self, size: int = -1) -> bytes:
+        return self.raw.read(size)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+    def truncate(self, size: int | None = None) -> int:
+        if self.error is None:
+            try:
+                return self.raw.truncate(size)
+            except OSError as error:
+                self.error = error
+        return self.raw.tell() if size is None else size
+
+    def flush(self):
+        """Unbuffered: nothing to flush (`close` syncs the file)."""
+
+    def check(self):
+        """Raises the first write error, if any."""
+        if self.error is not None:
+            raise self.error
+
+    def close(self):
+        """Syncs the file to disk and closes it; raises the first write error, if any."""
+        if not self.raw.closed:
+            try:
+                if self.error is None:
+                    os.fsync(self.raw.fileno())
+            except OSError as error:
+                self.error = error
+            finally:
+                self.raw.close()
+        self.check()
+
+
 class PartWriter:
-    """Writes vectors into part files `part-NNNNNN.hdf5` of a `.partial` folder: each is written as `*.tmp` and renamed
-    once closed, so a part that exists is complete. Also keeps the index {sentence: last key} and where every key of
-    the final file will come from."""
+    """Writes vectors into part files `part-NNNNNN.hdf5` of a `.partial` folder: each is written as `*.tmp`, read back
+    and checked once closed, then renamed, so a part that exists is complete. Also keeps the index {sentence: last key}
+    and where every key of the final file will come from."""
 
     def __init__(self, folder: Path, settings: dict, part_size: int):
         self.folder = folder
@@ -231,12 +393,15 @@ class PartWriter:
         self.part_size = part_size
         self.number = max((int(path.stem.split("-")[1]) + 1 for path in folder.glob("part-*.hdf5")), default=0)
         self.file: h5py.File | None = None
+        self.guard: GuardedFile | None = None
         self.part_index: dict[str, int] = {}
+        self.part_shapes: dict[int, tuple[int, ...]] = {}
         self.opened = 0.0
         self.index: dict[str, int] = {}
         self.sources: dict[int, Path] = {}
+        self.completed = 0  # parts this run renamed into place
 
-    def _path(self) -> Path:
+    def path(self) -> Path:
         return self.folder / f"part-{self.number:06d}.hdf5"
 
     def add_index(self, sentence: Sentence):
@@ -250,28 +415,54 @@ class PartWriter:
 
     def write(self, sentence: Sentence, vectors: np.ndarray):
         if self.file is None:
-            self.file = h5py.File(self._path().with_suffix(".tmp"), "w")
+            self.guard = GuardedFile(self.path().with_suffix(".tmp"))
+            self.file = h5py.File(self.guard, "w")
             self.file.attrs[SETTINGS_ATTR] = json.dumps(self.settings)
             self.opened = time.monotonic()
-        self.file.create_dataset(str(sentence.key), data=vectors)
+        dataset = self.file.create_dataset(str(sentence.key), data=vectors)
+        dataset.attrs[LINE_ATTR] = line_hash(sentence.text)
+        self.guard.check()
+        self.part_shapes[sentence.key] = vectors.shape
         if sentence.key > self.part_index.get(sentence.text, -1):
             self.part_index[sentence.text] = sentence.key
         self.add_index(sentence)
-        self.sources[sentence.key] = self._path()
-        if len(self.file) >= self.part_size or time.monotonic() - self.opened > PART_SECONDS:
+        self.sources[sentence.key] = self.path()
+        if len(self.part_shapes) >= self.part_size or time.monotonic() - self.opened > PART_SECONDS:
             self.close_part()
 
     def close_part(self):
-        """Closes the open part and renames it into place."""
+        """Closes the open part, reads it back, and renames it into place."""
         if self.file is None:
             return
         write_index(self.file, self.part_index)
-        self.file.flush()
-        os.fsync(self.file.id.get_vfd_handle())
         self.file.close()
-        os.replace(self._path().with_suffix(".tmp"), self._path())
-        self.file, self.part_index = None, {}
+        self.file = None
+        self.guard.close()
+        temporary = self.path().with_suffix(".tmp")
+        verify_written(temporary, self.part_shapes, self.part_index)
+        os.replace(temporary, self.path())
+        fsync_folder(self.folder)
+        self.part_index, self.part_shapes = {}, {}
         self.number += 1
+        self.completed += 1
+
+    def write_error(self) -> OSError | None:
+        """The first error writing the open part (a full disk), if any."""
+        return None if self.guard is None else self.guard.error
+
+    def abort(self):
+        """Drops the open part after a failure (its sentences are embedded again on --resume)."""
+        if self.file is not None:
+            with contextlib.suppress(Exception):
+                self.file.close()
+            self.file = None
+        if self.guard is not None:
+            with contextlib.suppress(OSError):
+                self.guard.close()
+        with contextlib.suppress(OSError):
+            self.path().with_suffix(".tmp").unlink()
+        for key in self.part_shapes:
+            self.sources.pop(key, None)
 
 
 def write_index(file: h5py.File, index: dict[str, int]):
@@ -282,23 +473,100 @@ def write_index(file: h5py.File, index: dict[str, int]):
     dataset[0] = json.dumps(ordered)
 
 
-def merge_into(target: Path, sources: dict[int, Path], index: dict[str, int], settings: dict, staging: Path):
-    """Copies every key's dataset from its source file into `staging/merged.hdf5.tmp` with the index and settings, then
-    renames it to `target` (replacing it): `target` is complete or untouched."""
+def merge_into(
+    target: Path, sources: dict[int, Path], index: dict[str, int], settings: dict, input_identity: dict, staging: Path
+):
+    """Copies every key's dataset from its source file into `staging/merged.hdf5.tmp` with the index, settings and
+    input identity, reads it back, then renames it to `target` (replacing it): `target` is complete or untouched.
+    Raises EmbedRunError naming the file that could not be read or written."""
     temporary = staging / MERGE_TEMPORARY
     by_file: dict[Path, list[int]] = {}
     for key, path in sources.items():
         by_file.setdefault(path, []).append(key)
-    with h5py.File(temporary, "w") as merged:
-        merged.attrs[SETTINGS_ATTR] = json.dumps(settings)
-        for path, keys in by_file.items():
-            with h5py.File(path, "r") as source:
-                for key in sorted(keys):
-                    source.copy(source[str(key)], merged, name=str(key))
-        write_index(merged, index)
-        merged.flush()
-        os.fsync(merged.id.get_vfd_handle())
-    os.replace(temporary, target)
+    shapes: dict[int, tuple[int, ...]] = {}
+    guard = None
+    try:
+        guard = GuardedFile(temporary)
+        with h5py.File(guard, "w") as merged:
+            merged.attrs[SETTINGS_ATTR] = json.dumps(settings)
+            merged.attrs[INPUT_ATTR] = json.dumps(input_identity)
+            for path, keys in by_file.items():
+                try:
+                    source = h5py.File(path, "r")
+                except OSError as error:
+                    raise EmbedRunError(f"cannot read {path} ({describe(error)})") from None
+                with source:
+                    for key in sorted(keys):
+                        try:
+                            data, hashed = source[str(key)][()], source[str(key)].attrs[LINE_ATTR]
+                        except (OSError, KeyError) as error:
+                            raise EmbedRunError(f"cannot read line {key}'s vectors in {path} ({describe(error)})")
+                        merged.create_dataset(str(key), data=data).attrs[LINE_ATTR] = hashed
+                        guard.check()
+                        shapes[key] = data.shape
+            write_index(merged, index)
+        guard.close()
+        verify_written(temporary, shapes, index)
+        os.replace(temporary, target)
+        fsync_folder(target.parent)
+    except BaseException as error:
+        cause = guard.error if guard is not None and guard.error is not None else error
+        if guard is not None:
+            with contextlib.suppress(OSError):
+                guard.close()
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        if isinstance(cause, OSError) or (isinstance(cause, RuntimeError) and not isinstance(cause, ElmoRunError)):
+            raise EmbedRunError(f"cannot write {target} ({describe(cause)})") from None
+        raise
+
+
+def lock_held(folder: Path) -> bool:
+    """Whether another process holds the lock of a `.partial` folder (is writing into it now)."""
+    try:
+        handle = open(folder / LOCK_FILE, "rb")
+    except OSError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+def take_lock(folder: Path, target: Path) -> IO[bytes]:
+    """Takes the lock of a `.partial` folder for this process (released when the returned file is closed); refuses
+    when another process holds it."""
+    handle = open(folder / LOCK_FILE, "ab")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise EmbedError(
+            f"another elmo-hf run is writing {target} now (it holds {folder / LOCK_FILE}); wait for it to end, or "
+            "stop it and rerun with --resume."
+        ) from None
+    return handle
+
+
+def make_partial(folder: Path, target: Path, settings: dict) -> IO[bytes]:
+    """Creates a `.partial` folder with its run file, locked by this process."""
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        raise EmbedError(f"another elmo-hf run just created {folder}; wait for it to end.") from None
+    except OSError as error:
+        raise EmbedError(
+            f"cannot create {folder} ({describe(error)}); OUTPUT's folder {target.parent} must be writable."
+        ) from None
+    try:
+        lock = take_lock(folder, target)
+        (folder / RUN_FILE).write_text(json.dumps(settings))
+    except OSError as error:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise EmbedRunError(f"cannot write in {folder} ({describe(error)}); nothing was written.") from None
+    return lock
 
 
 def remove_partial(folder: Path):
@@ -337,60 +605,102 @@ class Failure:
         self.error = error
 
 
+@dataclass(frozen=True)
+class EmbedJob:
+    """What one process reads and how it batches and writes (the options of `embed_corpus` that are not settings)."""
+
+    source: Path | BinaryIO  # a file, or an open binary stream
+    source_name: str
+    output: Path
+    errors: str
+    batch_size: int
+    max_tokens: int | None
+    part_size: int
+    resume: bool
+    overwrite: bool
+    progress: bool
+
+
 class EmbedRun:
     """One process's embedding of its lines into `target` (OUTPUT, or its shard): reader thread -> model -> writer
     thread, part files, merge."""
 
-    def __init__(self, args: argparse.Namespace, settings: dict, target: Path, rank: int, world_size: int):
-        self.args = args
+    def __init__(self, job: EmbedJob, settings: dict, target: Path, rank: int, world_size: int):
+        self.job = job
         self.settings = settings
         self.target = target
         self.rank = rank
         self.world_size = world_size
         self.partial = partial_folder(target)
+        self.lock: IO[bytes] | None = None  # held while this run owns `partial`
         self.stop = threading.Event()
         self.words_embedded = 0
         self.sentences_embedded = 0
         self.writer_error: BaseException | None = None
+        self.failed = False  # the run failed (not interrupted): the writer drops its open part rather than keep it
+        self.input_digest = hashlib.sha256()
+        self.input_lines = 0
 
     def prepare(self) -> ExistingVectors:
-        """Sets up the `.partial` folder (fresh, or resumed) and scans what earlier runs wrote."""
-        args = self.args
-        if args.overwrite:
-            remove_partial(self.partial)
-        resumed = [self.target] if self.target.exists() else []
-        output = Path(args.output)
-        if self.target != output and output.exists():
-            resumed.append(output)
+        """Takes the `.partial` folder (fresh, or resumed) under this process's lock and scans what earlier runs
+        wrote."""
+        job = self.job
         if self.partial.exists():
             if not (self.partial / RUN_FILE).is_file():
                 raise EmbedError(f"{self.partial} exists but was not made by elmo-hf embed; move it away.")
-            run_settings = json.loads((self.partial / RUN_FILE).read_text())
+            self.lock = take_lock(self.partial, self.target)
+            if job.overwrite:
+                shutil.rmtree(self.partial)
+                self.lock.close()
+                self.lock = None
+        if self.lock is None:
+            self.lock = make_partial(self.partial, self.target, self.settings)
+            resumed_parts = []
+        else:
+            try:
+                run_settings = json.loads((self.partial / RUN_FILE).read_text())
+            except (OSError, json.JSONDecodeError) as error:
+                raise EmbedError(
+                    f"{self.partial / RUN_FILE} is damaged ({describe(error)}); use --overwrite to start over."
+                ) from None
             if run_settings != self.settings:
                 raise EmbedError(
-                    f"{self.partial} holds an interrupted run with other settings ({run_settings}); rerun with those "
-                    "settings and --resume, or use --overwrite to start over."
+                    f"{self.partial} holds an interrupted run with other settings "
+                    f"({settings_difference(run_settings, self.settings)}); rerun with those settings and --resume, "
+                    "or use --overwrite to start over."
                 )
-            resumed += sorted(self.partial.glob("part-*.hdf5"))
-        existing = scan_existing(resumed, self.settings) if args.resume else ExistingVectors({}, {}, {})
-        if self.partial.exists():
             for path in self.partial.glob("*.tmp"):  # a part or merge an interruption cut short
                 path.unlink()
-        else:
-            self.partial.mkdir()
-            (self.partial / RUN_FILE).write_text(json.dumps(self.settings))
-        return existing
+            resumed_parts = sorted(self.partial.glob("part-*.hdf5"))
+        if not job.resume:
+            return ExistingVectors({}, {}, {})
+        resumed = [self.target] if self.target.exists() else []
+        if self.target != job.output and job.output.exists():
+            resumed.append(job.output)
+        return scan_existing(resumed + resumed_parts, self.settings)
+
+    def release(self) -> int:
+        """After a failure: removes the `.partial` folder when it holds no completed part (so that a plain rerun is
+        not refused) and releases the lock; returns the number of completed parts kept."""
+        if self.lock is None:
+            return 0  # the folder is another run's, or was never made
+        kept = len(list(self.partial.glob("part-*.hdf5"))) if self.partial.exists() else 0
+        if not kept:
+            shutil.rmtree(self.partial, ignore_errors=True)
+        self.lock.close()
+        self.lock = None
+        return kept
 
     def run(self, model, tokenizer, mix, device: torch.device, num_lines: int | None) -> float:
         """Embeds this process's lines into `target`; returns the seconds spent from the first line to the last
         write (model loading and the final merge excluded)."""
         from tqdm import tqdm
 
-        args = self.args
+        job = self.job
         existing = self.prepare()
         config = model.config
         num_layers, dim = config.num_layers + 1, 2 * config.projection_dim
-        writer = PartWriter(self.partial, self.settings, args.part_size)
+        writer = PartWriter(self.partial, self.settings, job.part_size)
         encoder = CharIdEncoder(tokenizer.max_characters_per_token)
         batches: queue.Queue = queue.Queue(QUEUE_BATCHES)
         results: queue.Queue = queue.Queue(QUEUE_BATCHES)
@@ -399,32 +709,31 @@ class EmbedRun:
             total=total,
             unit="sent",
             desc=f"embed rank {self.rank}" if self.world_size > 1 else "embed",
-            disable=args.no_progress,
+            disable=not job.progress,
             dynamic_ncols=True,
         )
         start = time.perf_counter()
 
         def sentences() -> Iterator[Sentence]:
-            """This process's lines; those complete from an earlier run and empty ones go straight to the writer."""
+            """This process's lines; those complete from an earlier run (same line, same shape) and empty ones go
+            straight to the writer. Every line, this process's or not, goes into the input's hash."""
             with contextlib.ExitStack() as stack:
-                stream = sys.stdin.buffer if args.input == "-" else stack.enter_context(open(args.input, "rb"))
-                name = "standard input" if args.input == "-" else args.input
-                for key, text in read_lines(stream, name, args.errors):
+                stream = job.source if not isinstance(job.source, Path) else stack.enter_context(job.source.open("rb"))
+                for key, raw, text in read_lines(stream, job.source_name, job.errors):
+                    self.input_digest.update(raw)
+                    self.input_lines = key + 1
                     if self.stop.is_set():
                         return
                     if key % self.world_size != self.rank:
                         continue
-                    words = text.split() if args.split == "whitespace" else tokenizer.tokenize(text)
+                    words = text.split() if self.settings["split"] == "whitespace" else tokenizer.tokenize(text)
                     sentence = Sentence(key, text, words)
-                    if key in existing.files:
-                        if existing.sentences.get(key, text) != text:
-                            raise EmbedError(
-                                f"line {key + 1} of {name} differs from the sentence {existing.files[key]} holds for "
-                                "it: the input changed since that run; use --overwrite to start over."
-                            )
-                        if existing.shapes[key] == expected_shape(self.settings, len(words), num_layers, dim):
-                            put(results, ("keep", sentence, existing.files[key]), self.stop)
-                            continue
+                    if (
+                        existing.hashes.get(key) == line_hash(text)
+                        and existing.shapes[key] == expected_shape(self.settings, len(words), num_layers, dim)
+                    ):
+                        put(results, ("keep", sentence, existing.files[key]), self.stop)
+                        continue
                     if not words:
                         put(results, ("empty", sentence, None), self.stop)
                         continue
@@ -432,14 +741,15 @@ class EmbedRun:
 
         def read():
             try:
-                for batch in length_grouped_batches(sentences(), args.batch_size, args.max_tokens):
+                for batch in length_grouped_batches(sentences(), job.batch_size, job.max_tokens):
                     put(batches, (batch, *encoder([sentence.words for sentence in batch])), self.stop)
                 put(batches, None, self.stop)
             except BaseException as error:  # handed to the main thread, which reports it
                 put(batches, Failure(error), self.stop)
 
         def write():
-            empty = torch.zeros(expected_shape(self.settings, 0, num_layers, dim), dtype=OUTPUT_DTYPES[args.dtype])
+            shape = expected_shape(self.settings, 0, num_layers, dim)
+            empty = torch.zeros(shape, dtype=OUTPUT_DTYPES[self.settings["dtype"]])
             try:
                 while (item := get(results, self.stop)) is not None:
                     kind, sentences_, payload = item
@@ -459,9 +769,19 @@ class EmbedRun:
                     progress.update(len(sentences_))
                     rate = self.words_embedded / max(time.perf_counter() - start, 1e-9)
                     progress.set_postfix_str(f"{rate:,.0f} words/s", refresh=False)
-                writer.close_part()  # also when stopped: what it holds is complete
+                if self.failed:
+                    writer.abort()
+                else:
+                    writer.close_part()  # also when interrupted: what it holds is complete
             except BaseException as error:  # handed to the main thread, which reports it
-                self.writer_error = error
+                cause = writer.write_error() or error  # HDF5's own error after a failed write says less
+                writer.abort()
+                if isinstance(cause, OSError):
+                    cause = EmbedRunError(
+                        f"cannot write {writer.path().with_suffix('.tmp')} ({describe(cause)}); free space in (or "
+                        f"fix) {self.partial.parent}"
+                    )
+                self.writer_error = cause
                 self.stop.set()
 
         reader_thread = threading.Thread(target=read, name="elmo-embed-reader", daemon=True)
@@ -481,7 +801,8 @@ class EmbedRun:
                     put(results, (kind, batch, vectors), self.stop)
             put(results, None, self.stop)
             writer_thread.join()
-        except BaseException:
+        except BaseException as error:
+            self.failed = not isinstance(error, KeyboardInterrupt)
             self.stop.set()
             writer_thread.join(timeout=10)
             raise
@@ -490,14 +811,21 @@ class EmbedRun:
         if self.writer_error is not None:
             raise self.writer_error
         seconds = time.perf_counter() - start
-        merge_into(self.target, writer.sources, writer.index, self.settings, self.partial)
+        input_identity = {"sha256": self.input_digest.hexdigest(), "lines": self.input_lines}
+        merge_into(self.target, writer.sources, writer.index, self.settings, input_identity, self.partial)
         shutil.rmtree(self.partial)
+        self.lock.close()
+        self.lock = None
         return seconds
 
     def vectors(self, model, mix, input_ids, attention_mask, batch: list[Sentence]) -> np.ndarray:
         """The requested layers of a batch as a float32 or float16 array: `(batch_size, num_layers + 1,
         sequence_length, dim)` for `all`, `(batch_size, sequence_length, dim)` otherwise."""
-        outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        keys = ", ".join(str(sentence.key + 1) for sentence in batch)
+        try:
+            outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        except (RuntimeError, ValueError) as error:
+            raise EmbedRunError(f"the model failed on the batch of lines {keys} ({describe(error)})") from error
         layers = self.settings["layers"]
         if layers == "all":
             selected = torch.stack(outputs.hidden_states, dim=1)
@@ -505,22 +833,26 @@ class EmbedRun:
             selected = outputs.last_hidden_state
         else:
             selected = mix(outputs.hidden_states, attention_mask)
-        selected = selected.to(OUTPUT_DTYPES[self.args.dtype])
+        selected = selected.to(OUTPUT_DTYPES[self.settings["dtype"]])
         if not bool(torch.isfinite(selected).all()):
-            keys = ", ".join(str(sentence.key + 1) for sentence in batch)
             hint = "; check the model"
-            if self.args.dtype == "float16":
+            if self.settings["dtype"] == "float16":
                 hint = " beyond float16's range; use --dtype float32"
-            raise EmbedError(f"non-finite vectors for a sentence among lines {keys}{hint}.")
+            raise EmbedRunError(f"non-finite vectors for a sentence among lines {keys}{hint}")
         return selected.cpu().numpy()
 
 
-def merge_shards(output: Path, world_size: int | None = None) -> int:
-    """Merges `OUTPUT.shard-R-of-N` (all N of them) into OUTPUT, then removes them; returns the number of shards."""
-    shards = sorted(output.parent.glob(f"{output.name}.shard-*-of-*"))
+def merge_shards(output: str | os.PathLike, world_size: int | None = None, overwrite: bool = False) -> int:
+    """Merges `OUTPUT.shard-R-of-N` (all N of them, from one input and one model with one set of settings) into
+    OUTPUT, then removes them; returns the number of shards. Refuses (EmbedError) a missing, unreadable or foreign
+    shard, naming the rank to rerun; raises EmbedRunError when OUTPUT cannot be written (the shards are kept)."""
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise EmbedError(f"{output} exists; pass --overwrite to replace it.")
+    shards = sorted(output.parent.glob(f"{glob.escape(output.name)}.shard-*-of-*"))
     counts = {path.name.rsplit("-of-", 1)[1] for path in shards}
     if world_size is None:
-        if len(counts) != 1:
+        if len(counts) != 1 or not next(iter(counts)).isdigit():
             found = ", ".join(path.name for path in shards) or "none"
             raise EmbedError(
                 f"expected the shards of one run, {output.name}.shard-R-of-N for R = 0..N-1; found {found}."
@@ -530,64 +862,119 @@ def merge_shards(output: Path, world_size: int | None = None) -> int:
     missing = [path.name for path in expected if not path.is_file()]
     if missing:
         raise EmbedError(f"missing shards: {', '.join(missing)}; finish those processes' runs (--resume) first.")
-    settings, sources, index = None, {}, {}
-    for path in expected:
-        with h5py.File(path, "r") as file:
-            found = read_settings(file, path)
-            if settings is not None and found != settings:
-                raise EmbedError(f"{path} was written with other settings than {expected[0]}; rerun it.")
-            settings = found
-            sources.update({int(name): path for name in file if name.isdigit()})
-            for sentence, key in read_index(file).items():
-                if int(key) > index.get(sentence, -1):
-                    index[sentence] = int(key)
+    settings, identity, sources, index = None, None, {}, {}
+    for rank, path in enumerate(expected):
+        rerun = f"delete it and rerun rank {rank} (RANK={rank} WORLD_SIZE={world_size} elmo-hf embed ... --resume)"
+        try:
+            with h5py.File(path, "r") as file:
+                found = read_settings(file, path)
+                found_identity = json.loads(file.attrs[INPUT_ATTR]) if INPUT_ATTR in file.attrs else None
+                keys = [int(name) for name in file if name.isdigit()]
+                shard_index = read_index(file)
+        except (OSError, json.JSONDecodeError) as error:
+            raise EmbedError(f"shard {path} cannot be read ({describe(error)}): it is cut short; {rerun}.") from None
+        if found_identity is None:
+            raise EmbedError(f"shard {path} was written by an older elmo-hf (no {INPUT_ATTR}); {rerun}.")
+        if settings is not None and found != settings:
+            raise EmbedError(
+                f"shard {path} was written with other settings than {expected[0].name} "
+                f"({settings_difference(found, settings)}); {rerun} with the same settings and model."
+            )
+        if identity is not None and found_identity != identity:
+            raise EmbedError(
+                f"shard {path} was written from another input than {expected[0].name} ({found_identity['lines']} "
+                f"lines, hash {found_identity['sha256'][:12]}, against {identity['lines']} lines, hash "
+                f"{identity['sha256'][:12]}); {rerun} on the same input."
+            )
+        if any(key % world_size != rank for key in keys):
+            raise EmbedError(f"shard {path} holds lines of another rank; {rerun}.")
+        settings, identity = found, found_identity
+        sources.update({key: path for key in keys})
+        for sentence, key in shard_index.items():
+            if int(key) > index.get(sentence, -1):
+                index[sentence] = int(key)
+    if len(sources) != identity["lines"]:
+        raise EmbedError(
+            f"the shards hold {len(sources)} lines of an input of {identity['lines']}; a shard is incomplete: rerun "
+            "each rank with --resume."
+        )
     staging = partial_folder(output)
-    remove_partial(staging)
-    staging.mkdir()
-    (staging / RUN_FILE).write_text(json.dumps(settings))
-    merge_into(output, sources, index, settings, staging)
-    shutil.rmtree(staging)
+    if staging.exists():
+        if lock_held(staging):
+            raise EmbedError(f"another elmo-hf run is writing {output} now ({staging} is locked); wait for it.")
+        remove_partial(staging)
+    lock = make_partial(staging, output, settings)
+    try:
+        merge_into(output, sources, index, settings, identity, staging)
+    except EmbedRunError as error:
+        raise EmbedRunError(f"{error}; the shards are kept: free space and run merge-shards again.") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        lock.close()
     for path in expected:
         path.unlink()
     return world_size
 
 
-def mix_for(args: argparse.Namespace, num_layers: int):
-    """The `ElmoScalarMix` of `--layers average|mix`, or None."""
+def mix_for(layers: str, mix_weights: Sequence[float] | None, gamma: float, num_layers: int):
+    """The `ElmoScalarMix` of `layers="average"` or `"mix"`, or None."""
     from ..modeling_elmo import ElmoScalarMix
 
-    if args.layers == "average":
+    if layers == "average":
         return ElmoScalarMix.average(num_layers)
-    if args.layers == "mix":
-        if len(args.mix_weights) != num_layers:
+    if layers == "mix":
+        if len(mix_weights) != num_layers:
             raise EmbedError(
-                f"--mix-weights needs {num_layers} weights (num_layers + 1 of this model), got "
-                f"{len(args.mix_weights)}."
+                f"--mix-weights needs {num_layers} weights (num_layers + 1 of this model), got {len(mix_weights)}."
             )
         try:
-            return ElmoScalarMix.from_weights(args.mix_weights, gamma=args.gamma)
+            return ElmoScalarMix.from_weights(list(mix_weights), gamma=gamma)
         except ValueError as error:
             raise EmbedError(f"--mix-weights: {error}") from None
     return None
 
 
-def check_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser):
-    """Errors in the arguments alone, before any file or model is touched."""
-    if args.resume and args.overwrite:
-        parser.error("--resume and --overwrite exclude each other.")
-    if args.layers == "mix" and args.mix_weights is None:
-        parser.error("--layers mix needs --mix-weights w0,w1,... (one weight per layer, summing to 1).")
-    if args.layers != "mix" and (args.mix_weights is not None or args.gamma != 1.0):
-        parser.error("--mix-weights and --gamma apply to --layers mix only.")
-    if args.batch_size < 1 or (args.max_tokens is not None and args.max_tokens < 1) or args.part_size < 1:
-        parser.error("--batch-size, --max-tokens and --part-size must be positive.")
+def check_options(
+    layers: str,
+    mix_weights: Sequence[float] | None,
+    gamma: float,
+    dtype: str,
+    split: str,
+    errors: str,
+    batch_size: int,
+    max_tokens: int | None,
+    model_dtype: str,
+    resume: bool,
+    overwrite: bool,
+    part_size: int,
+    threads: int | None,
+):
+    """Errors in the options alone, before any file or model is touched."""
+    for name, value, choices in (
+        ("layers", layers, LAYER_CHOICES),
+        ("dtype", dtype, OUTPUT_DTYPES),
+        ("split", split, SPLIT_CHOICES),
+        ("errors", errors, DECODING_ERRORS),
+        ("model-dtype", model_dtype, MODEL_DTYPES),
+    ):
+        if value not in choices:
+            raise EmbedError(f"--{name} {value!r} is not one of {', '.join(choices)}.")
+    if resume and overwrite:
+        raise EmbedError("--resume and --overwrite exclude each other.")
+    if layers == "mix" and mix_weights is None:
+        raise EmbedError("--layers mix needs --mix-weights w0,w1,... (one weight per layer, summing to 1).")
+    if layers != "mix" and (mix_weights is not None or gamma != 1.0):
+        raise EmbedError("--mix-weights and --gamma apply to --layers mix only.")
+    for name, value in (("batch-size", batch_size), ("max-tokens", max_tokens), ("part-size", part_size),
+                        ("threads", threads)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise EmbedError(f"--{name} must be a positive integer, got {value!r}.")
 
 
-def check_paths(args: argparse.Namespace, targets: list[Path]):
-    """Refuses a missing input, an output that is the input, and existing results without --resume/--overwrite."""
-    output = Path(args.output)
-    if args.input != "-":
-        source = Path(args.input)
+def check_paths(source: Path | None, output: Path, target: Path, resume: bool, overwrite: bool):
+    """Refuses a missing input, an output that is the input or cannot be written, an output another run is writing
+    now, and existing results without resume/overwrite."""
+    if source is not None:
         if not source.is_file():
             raise EmbedError(f"input file not found: {source}" + (" (a folder)" if source.is_dir() else ""))
         if output.exists() and output.resolve() == source.resolve():
@@ -596,9 +983,15 @@ def check_paths(args: argparse.Namespace, targets: list[Path]):
         raise EmbedError(f"folder {output.parent} of OUTPUT does not exist; create it first.")
     if output.is_dir():
         raise EmbedError(f"OUTPUT {output} is a folder; give a file path such as {output / 'vectors.hdf5'}.")
-    if args.resume or args.overwrite:
+    if not os.access(output.parent, os.W_OK | os.X_OK):
+        raise EmbedError(f"OUTPUT's folder {output.parent} is not writable; give an OUTPUT in a folder you can write.")
+    if lock_held(partial_folder(target)):
+        raise EmbedError(
+            f"another elmo-hf run is writing {target} now ({partial_folder(target)} is locked); wait for it to end."
+        )
+    if resume or overwrite:
         return
-    for path in [output, *targets]:
+    for path in [output, target]:
         if path.exists():
             raise EmbedError(f"{path} exists; pass --resume to add what it lacks, or --overwrite to replace it.")
         if partial_folder(path).exists():
@@ -608,31 +1001,49 @@ def check_paths(args: argparse.Namespace, targets: list[Path]):
             )
 
 
+def resolve_device(device: str | torch.device | None, local_rank: int) -> torch.device:
+    """The device to run on: cuda:LOCAL_RANK when a GPU is available and none is asked for, else cpu; refuses a
+    device this machine does not have."""
+    if device is None:
+        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        message = f"--device {device!r} is not a device ({describe(error)}); use cpu, cuda or cuda:N."
+        raise EmbedError(message) from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise EmbedError(f"--device {device}: torch sees no CUDA GPU on this machine; use --device cpu.")
+    try:
+        torch.empty(0, device=resolved)
+    except (RuntimeError, AssertionError) as error:
+        raise EmbedError(f"--device {device} cannot be used here ({describe(error)}); use --device cpu.") from None
+    return resolved
+
+
 def load_model(name: str, model_dtype: str, device: torch.device):
-    """The biLM and tokenizer of an ELMo folder or Hub id (a task head's folder gives its biLM); refuses others."""
+    """The biLM and tokenizer of a packaged model's name, an ELMo folder or a Hub id (a task head's folder gives its
+    biLM); refuses others."""
     from transformers import PreTrainedConfig
     from transformers.utils import logging
 
     from .. import ElmoModel, ElmoTokenizer
 
+    path = resolve_model_name(name)
+    hint = f"give a packaged model's name ({DEFAULT_MODEL}), a folder made by `elmo-hf convert` or an ELMo Hub id"
     try:
-        config_dict, _ = PreTrainedConfig.get_config_dict(name)
+        config_dict, _ = PreTrainedConfig.get_config_dict(path)
     except (OSError, ValueError) as error:
-        raise EmbedError(
-            f"cannot load a model from {name!r} ({str(error).splitlines()[0]}); give a folder made by "
-            "`elmo-hf convert` or a Hub id of an ELMo model."
-        ) from None
+        raise EmbedError(f"cannot load a model from {name!r} ({describe(error)}); {hint}.") from None
     if config_dict.get("model_type") != "elmo":
         model_type = config_dict.get("model_type") or "model without model_type"
-        raise EmbedError(
-            f"{name!r} holds a {model_type!r} model, not ELMo; give a folder made by `elmo-hf convert` or a Hub id "
-            "of an ELMo model."
-        )
+        raise EmbedError(f"{name!r} holds a {model_type!r} model, not ELMo; {hint}.")
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # a head's folder loads into ElmoModel with its head weights unused, as intended
     try:
-        model = ElmoModel.from_pretrained(name, dtype=MODEL_DTYPES[model_dtype]).eval().to(device)
-        tokenizer = ElmoTokenizer.from_pretrained(name)
+        model = ElmoModel.from_pretrained(path, dtype=MODEL_DTYPES[model_dtype]).eval().to(device)
+        tokenizer = ElmoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as error:
+        raise EmbedError(f"cannot load the model in {name!r} ({describe(error)}); {hint}.") from None
     finally:
         logging.set_verbosity(verbosity)
     return model, tokenizer
@@ -640,64 +1051,130 @@ def load_model(name: str, model_dtype: str, device: torch.device):
 
 def distributed_rank() -> tuple[int, int, int]:
     """(rank, world size, local rank) from the variables torchrun and accelerate set; (0, 1, 0) otherwise."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
+    try:
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
+    except ValueError:
+        raise EmbedError("RANK, WORLD_SIZE and LOCAL_RANK must be integers; launch with torchrun.") from None
     if world_size < 1 or not 0 <= rank < world_size:
         raise EmbedError(f"RANK={rank} and WORLD_SIZE={world_size} are inconsistent; launch with torchrun.")
-    return rank, world_size, int(os.environ.get("LOCAL_RANK", str(rank)))
+    return rank, world_size, local_rank
 
 
-def embed(args: argparse.Namespace) -> int:
+def embed_corpus(
+    source: str | os.PathLike | BinaryIO,
+    output: str | os.PathLike,
+    *,
+    model: str | os.PathLike | tuple[torch.nn.Module, Any] = DEFAULT_MODEL,
+    layers: str = "all",
+    mix_weights: Sequence[float] | None = None,
+    gamma: float = 1.0,
+    dtype: str = "float32",
+    split: str = "whitespace",
+    errors: str = "strict",
+    batch_size: int = 64,
+    max_tokens: int | None = None,
+    device: str | torch.device | None = None,
+    model_dtype: str = "float32",
+    resume: bool = False,
+    overwrite: bool = False,
+    part_size: int = 1000,
+    merge: bool = True,
+    progress: bool = True,
+    threads: int | None = None,
+) -> EmbedSummary:
+    """Embeds every line of `source` (a text file, `"-"` for standard input, or an open stream, whose bytes are read
+    as UTF-8) into the HDF5 file `output` (see the module's docstring for the layout).
+
+    `model`: a packaged model's name, a converted folder or Hub id (loaded in `model_dtype` onto `device`), or an
+    `(ElmoModel, ElmoTokenizer)` pair used as it is. `layers`: `all`, `top`, `average` or `mix` (`gamma * sum_j
+    mix_weights[j] * layer_j`). `dtype`: of the stored vectors. `split`: `whitespace` (tokenized lines) or `default`
+    (the tokenizer's splitting). `errors`: undecodable bytes stop the run (`strict`) or read as U+FFFD (`replace`).
+    Batches hold at most `batch_size` sentences and `max_tokens` padded words. `resume` keeps what an earlier run
+    completed where settings, model and line match; `overwrite` replaces OUTPUT. `part_size`: sentences per part
+    file, the most work a failure loses. Under several processes (`RANK`, `WORLD_SIZE`), `merge=False` leaves the
+    shards for `merge_shards`. `threads`: torch's CPU threads for this process (default: torch's choice).
+
+    Raises EmbedError (nothing written) for unusable input or options, EmbedRunError (completed parts kept) for a
+    failure while running.
+    """
+    check_options(
+        layers, mix_weights, gamma, dtype, split, errors, batch_size, max_tokens, model_dtype, resume, overwrite,
+        part_size, threads,
+    )
     rank, world_size, local_rank = distributed_rank()
-    output = Path(args.output)
+    output = Path(output)
     target = shard_path(output, rank, world_size) if world_size > 1 else output
-    check_paths(args, [target])
-    num_lines = count_lines(Path(args.input), args.errors) if args.input != "-" else None
-    if args.device is None:
-        device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    if source == "-":
+        source = sys.stdin
+    source = getattr(source, "buffer", source)  # the bytes under a text stream: lines are decoded here
+    path = None if hasattr(source, "read") else Path(source)
+    if path is None and world_size > 1:
+        raise EmbedError(
+            f"standard input cannot be shared by {world_size} processes (each would read other lines); write it to a "
+            "file and give that file."
+        )
+    check_paths(path, output, target, resume, overwrite)
+    num_lines = count_lines(path, errors) if path is not None else None
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if isinstance(model, tuple):
+        model, tokenizer = model
+        if model.training:
+            raise EmbedError("the model given is in training mode (dropout is on); call model.eval() first.")
+        if device is not None:
+            model = model.to(resolve_device(device, local_rank))
+        device = next(model.parameters()).device
+        model_dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     else:
-        device = torch.device(args.device)
-    model, tokenizer = load_model(args.model, args.model_dtype, device)
-    mix = mix_for(args, model.config.num_layers + 1)
+        device = resolve_device(device, local_rank)
+        model, tokenizer = load_model(str(model), model_dtype, device)
+    mix = mix_for(layers, mix_weights, gamma, model.config.num_layers + 1)
     mix = mix.to(device) if mix is not None else None
     settings = {
-        "model": args.model,
-        "layers": args.layers,
-        "mix_weights": args.mix_weights,
-        "gamma": args.gamma,
-        "dtype": args.dtype,
-        "split": args.split,
-        "model_dtype": args.model_dtype,
+        "model": model_fingerprint(model),
+        "layers": layers,
+        "mix_weights": None if mix_weights is None else [float(weight) for weight in mix_weights],
+        "gamma": float(gamma),
+        "dtype": dtype,
+        "split": split,
+        "model_dtype": model_dtype,
     }
-    group = world_size > 1 and "MASTER_ADDR" in os.environ and not args.no_merge
+    job = EmbedJob(
+        path if path is not None else source,
+        str(path) if path is not None else "standard input",
+        output, errors, batch_size, max_tokens, part_size, resume, overwrite, progress,
+    )
+    group = world_size > 1 and "MASTER_ADDR" in os.environ and merge
     if group:
         torch.distributed.init_process_group("gloo", timeout=DISTRIBUTED_TIMEOUT)
     try:
-        embedding = EmbedRun(args, settings, target, rank, world_size)
+        embedding = EmbedRun(job, settings, target, rank, world_size)
         try:
             seconds = embedding.run(model, tokenizer, mix, device, num_lines)
-        except EmbedError as error:
-            partial = embedding.partial
-            if partial.exists() and not any(partial.glob("part-*.hdf5")):
-                shutil.rmtree(partial)  # nothing done worth keeping
-            elif partial.exists():
-                raise EmbedError(f"{error} (The completed parts are kept in {partial} for --resume.)") from None
+        except BaseException as error:
+            kept = embedding.release()
+            if kept and isinstance(error, (EmbedError, EmbedRunError)):
+                raise type(error)(
+                    f"{str(error).rstrip('.')}; the {kept} completed parts are kept in {embedding.partial}: "
+                    "rerun with --resume."
+                ) from None
+            if isinstance(error, EmbedRunError):
+                raise EmbedRunError(f"{str(error).rstrip('.')}; no part was complete, nothing was kept.") from None
             raise
-        words, sentences = embedding.words_embedded, embedding.sentences_embedded
-        print(
-            f"{target}: embedded {sentences:,} sentences, {words:,} words in {seconds:.1f} s "
-            f"({words / max(seconds, 1e-9):,.0f} words/s, {sentences / max(seconds, 1e-9):,.1f} sentences/s)",
-            file=sys.stderr,
-        )
         if group:
             torch.distributed.barrier()
             if rank == 0:
-                merge_shards(output, world_size)
-                print(f"merged {world_size} shards into {output}", file=sys.stderr)
+                merge_shards(output, world_size, overwrite=True)
             torch.distributed.barrier()
-        elif world_size > 1:
-            print(f"wrote shard {target}; when all are written: elmo-hf merge-shards {output}", file=sys.stderr)
     finally:
         if group:
             torch.distributed.destroy_process_group()
-    return 0
+    return EmbedSummary(
+        target, embedding.sentences_embedded, embedding.words_embedded, seconds, rank, world_size,
+        merged=world_size == 1 or group,
+    )
+
+
+__all__ = ["EmbedError", "EmbedRunError", "EmbedSummary", "embed_corpus", "merge_shards", "model_fingerprint"]
