@@ -80,7 +80,8 @@ def dictionary_tokenizer(folder, with_words: bool, max_characters_per_token: int
     characters.update({character: 7 + index for index, character in enumerate("abé中😀<\ud800")})
     vocab = {"characters": characters}
     if with_words:
-        vocab["words"] = {"<oov>": 1, "<bos>": 2, "<eos>": 3, "ab": 4, "中中": 5, "a" * (max_characters_per_token - 2): 6}
+        cut_word = "a" * (max_characters_per_token - 2)
+        vocab["words"] = {"<oov>": 1, "<bos>": 2, "<eos>": 3, "ab": 4, "中中": 5, cut_word: 6}
     path = folder / f"vocab-{with_words}.json"
     path.write_text(json.dumps(vocab), encoding="utf-8")
     return ElmoTokenizer(
