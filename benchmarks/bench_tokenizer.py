@@ -3,6 +3,7 @@
     python benchmarks/bench_tokenizer.py                          # batch 1, 64, 256 on the synthetic corpus
     python benchmarks/bench_tokenizer.py --before 11ca3fb         # adds that commit's tokenizer, measured alongside
     python benchmarks/bench_tokenizer.py --text ../shared/data/mobydick/*.txt --batch-sizes 1 256
+    python benchmarks/bench_tokenizer.py --tokenizer /path/to/converted-manylangs-model   # a dictionary tokenizer
 
 The corpus is `bench_inference.py`'s (gamma sentence lengths, mean 25 words, Zipf word frequencies) or text files.
 Inputs (the "input" column):
@@ -10,7 +11,8 @@ Inputs (the "input" column):
 - `text+offsets`: raw text (each sentence's words joined by spaces), split by the tokenizer, with
   `return_offsets_mapping=True`, `padding=True`, `return_tensors="pt"`.
 Paths (the "path" column):
-- `tokenizer`: `ElmoTokenizer.__call__` of this checkout.
+- `tokenizer`: `ElmoTokenizer.__call__` of this checkout: the byte tokenizer of the released models, or the one saved
+  in the folder given with `--tokenizer` (for example a converted ELMoForManyLangs model's dictionary tokenizer).
 - `per-word`: the per-word reference mapping (`ElmoTokenizer.word_to_ids` for every word, rows stacked into the
   padded tensor); pre-split words only. The speed of mapping words one at a time in Python.
 - `before`: `ElmoTokenizer.__call__` of the commit given with `--before` (its `tokenization_elmo.py`, read with
@@ -62,8 +64,9 @@ def encoder(tokenizer: Callable, kind: str) -> Callable[[list], torch.Tensor]:
     return lambda batch: tokenizer(batch, padding=True, return_tensors="pt", return_offsets_mapping=True)["input_ids"]
 
 
-def tokenizer_at(commit: str) -> ElmoTokenizer:
-    """A default `ElmoTokenizer` of `commit`'s `tokenization_elmo.py`, loaded as a module of this `elmo_hf`."""
+def tokenizer_at(commit: str, folder: str | None) -> ElmoTokenizer:
+    """`commit`'s `ElmoTokenizer` (its `tokenization_elmo.py` loaded as a module of this `elmo_hf`): the byte
+    tokenizer, or the one saved in `folder`."""
     source = subprocess.run(
         ["git", "show", f"{commit}:elmo_hf/tokenization_elmo.py"], capture_output=True, text=True, cwd=ROOT
     )
@@ -77,7 +80,7 @@ def tokenizer_at(commit: str) -> ElmoTokenizer:
         spec.loader.exec_module(module)
     finally:
         os.unlink(file.name)
-    return module.ElmoTokenizer()
+    return module.ElmoTokenizer() if folder is None else module.ElmoTokenizer.from_pretrained(folder)
 
 
 def words_per_second(encode: Callable[[list], torch.Tensor], batches: list, words: int) -> float:
@@ -94,20 +97,22 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="timed passes of every path over the corpus")
     parser.add_argument("--text", nargs="+", help="text files instead of the synthetic corpus")
     parser.add_argument("--before", help="a commit whose tokenizer is measured alongside")
+    parser.add_argument("--tokenizer", help="a folder with a saved ElmoTokenizer (default: the byte tokenizer)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     corpus = text_corpus(args.text, args.sentences) if args.text else synthetic_corpus(args.sentences)
-    tokenizer = ElmoTokenizer()
+    tokenizer = ElmoTokenizer() if args.tokenizer is None else ElmoTokenizer.from_pretrained(args.tokenizer)
     texts = [" ".join(words) for words in corpus]
     inputs = {"words": corpus, "text+offsets": texts}
     words = {"words": sum(map(len, corpus)), "text+offsets": sum(len(tokenizer.tokenize(text)) for text in texts)}
     paths = {"tokenizer": {kind: encoder(tokenizer, kind) for kind in INPUTS}}
     paths["per-word"] = {"words": lambda batch: per_word_input_ids(tokenizer, batch)}
     if args.before:
-        before = tokenizer_at(args.before)
+        before = tokenizer_at(args.before, args.tokenizer)
         paths[f"before ({args.before})"] = {kind: encoder(before, kind) for kind in INPUTS}
 
-    print(f"{cpu_description()}\ntorch {torch.__version__}, 1 thread, {len(corpus)} sentences")
+    kind = "bytes" if tokenizer.char_vocab is None else f"dictionary of {len(tokenizer.char_vocab)} characters"
+    print(f"{cpu_description()}\ntorch {torch.__version__}, 1 thread, {len(corpus)} sentences, {kind} tokenizer")
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     print("| input | batch | path | words/s | / tokenizer | same ids |")
     print("|---|---|---|---|---|---|")

@@ -443,14 +443,15 @@ class ElmoTokenizer(PreTrainedTokenizer):
         flat[positions + np.repeat(row_starts + 1 - kept_starts, kept)] = char_ids
         flat[row_starts + kept + 1] = end_word
         if self.word_vocab is not None:
-            word_ids = [self.word_vocab.get(word, self.word_vocab[UNKNOWN_ENTRY]) for word in words]
-            for index in np.flatnonzero(lengths > width - 2).tolist():
-                word_ids[index] = self.word_vocab.get(words[index][: width - 2], self.word_vocab[UNKNOWN_ENTRY])
-            flat[row_starts + width] = word_ids
-        boundary_firsts = self._character_units([boundary[:1] for boundary in self.boundary_words])[0]
+            word_id, unknown = self.word_vocab.get, self.word_vocab[UNKNOWN_ENTRY]
+            flat[row_starts + width] = np.fromiter(
+                (word_id(word[: width - 2], unknown) for word in words), np.int64, len(words)
+            )
+        boundary_words = self.boundary_words
+        boundary_firsts = self._character_units([boundary[:1] for boundary in boundary_words])[0]
         non_empty = np.flatnonzero(kept)
         candidates = non_empty[np.equal.outer(units[kept_starts[non_empty]], boundary_firsts).any(1)].tolist()
-        if "" in self.boundary_words:
+        if "" in boundary_words:
             candidates += np.flatnonzero(kept == 0).tolist()
         for index in candidates:
             out[rows[index]] = self.word_to_ids(words[index])
@@ -580,7 +581,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
                     "max_length >= 2 (it counts them) or add_special_tokens=False."
                 )
             keep = max(max_length - (2 if add_boundaries else 0), 0)
-        begin, end = self.boundary_words
+        begin, end = self.boundary_words if add_boundaries else (None, None)
         sentences, offsets, first_words = [], [], []
         for example_index, example in enumerate(examples):
             words, spans = self._split_example(example, example_index, is_split_into_words, with_offsets)
