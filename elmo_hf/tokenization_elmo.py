@@ -495,15 +495,15 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if return_token_type_ids:
             raise ValueError("return_token_type_ids is not supported: ELMo has no token type ids.")
         is_batched = self._is_batched(text, is_split_into_words)
+        add_boundaries = add_special_tokens and self.add_bos_eos
         sentences, offsets, first_words = self._split_batch(
             text if is_batched else [text],
             is_split_into_words,
-            add_special_tokens and self.add_bos_eos,
+            add_boundaries,
             truncation_strategy,
             max_length,
             return_offsets_mapping,
         )
-        add_boundaries = add_special_tokens and self.add_bos_eos
         lengths = np.fromiter(map(len, sentences), np.int64, len(sentences))
         padded_lengths = _padded_lengths(lengths, padding_strategy, max_length, pad_to_multiple_of)
         side = padding_side or self.padding_side
@@ -518,14 +518,14 @@ class ElmoTokenizer(PreTrainedTokenizer):
         input_ids = np.zeros((batch_size * sequence_length, self.row_width), np.int64)
         self._write_rows(list(chain.from_iterable(sentences)), input_ids, word_rows)
         data = {"input_ids": input_ids.reshape(batch_size, sequence_length, self.row_width)}
-        positions = np.arange(sequence_length)
-        attention_mask = (positions >= starts[:, None]) & (positions < (starts + lengths)[:, None])
+        attention_mask = np.zeros((batch_size, sequence_length), np.int64)
+        attention_mask.reshape(-1)[word_rows] = 1
         if return_special_tokens_mask:
-            special_tokens_mask = ~attention_mask
+            special_tokens_mask = 1 - attention_mask
             if add_boundaries:
-                special_tokens_mask[np.arange(batch_size), starts] = True
-                special_tokens_mask[np.arange(batch_size), starts + lengths - 1] = True
-            data["special_tokens_mask"] = special_tokens_mask.astype(np.int64)
+                special_tokens_mask[np.arange(batch_size), starts] = 1
+                special_tokens_mask[np.arange(batch_size), starts + lengths - 1] = 1
+            data["special_tokens_mask"] = special_tokens_mask
         if return_offsets_mapping:
             offset_mapping = np.zeros((batch_size * sequence_length, 2), np.int64)
             offset_mapping[word_rows] = np.fromiter(
@@ -537,7 +537,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         if return_attention_mask:
-            data["attention_mask"] = attention_mask.astype(np.int64)
+            data["attention_mask"] = attention_mask
 
         word_ids = []
         for start, length, padded_length, first in zip(
