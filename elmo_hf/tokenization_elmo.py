@@ -313,11 +313,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
         it sees U+FFFD in their place: one character as well, neither space nor punctuation, so the offsets hold for
         `text`, and each word is `text[start:end]` (its surrogates, like the original's, then give no bytes).
         """
-        spans = self._pre_tokenizer.pre_tokenize_str(_LONE_SURROGATE.sub("\ufffd", text))
+        surrogates = _LONE_SURROGATE.search(text) is not None
+        spans = self._pre_tokenizer.pre_tokenize_str(_LONE_SURROGATE.sub("\ufffd", text) if surrogates else text)
         if not spans:
             return [], []
         words, offsets = zip(*spans)
-        if _LONE_SURROGATE.search(text):
+        if surrogates:
             words = [text[start:end] for start, end in offsets]
         return list(words), list(offsets)
 
