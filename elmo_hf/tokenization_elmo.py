@@ -17,14 +17,20 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any
 
+import numpy as np
 from tokenizers import AddedToken, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
-from transformers.utils import PaddingStrategy, TensorType, to_py_obj
+from transformers.utils import PaddingStrategy, TensorType, is_torch_available, to_py_obj
 
 from .packaged_elmo import resolve_model_name
+
+
+if is_torch_available():
+    import torch
 
 # Character ids as the model sees them: the original ids shifted by +1, so that 0 is free for padding words.
 PADDING_CHAR_ID = 0
@@ -143,6 +149,11 @@ class ElmoTokenizer(PreTrainedTokenizer):
     is split as above, which never splits a run of Chinese or Japanese characters: those models expect words
     segmented as in their training data, so pass segmented words (`is_split_into_words=True`) or space-separated text.
 
+    Calling the tokenizer is the one way words become ids in elmo-hf (the `embed` command and the pretraining collator
+    call `tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")`): the words of a whole
+    batch are encoded at once with numpy into the padded `input_ids`, the same ids that [`~ElmoTokenizer.word_to_ids`]
+    gives word by word.
+
     Args:
         vocab_file (`str`, *optional*):
             `vocab.json` of dictionary mode: `{"characters": {entry: id}, "words": {entry: id}}` (`"words"` optional).
@@ -189,6 +200,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if self.char_vocab is not None:
             _check_dictionary(self.char_vocab, self.word_vocab, str(bos_token), str(eos_token), vocab_file)
             begin_sentence_id, end_sentence_id = self.char_vocab[str(bos_token)], self.char_vocab[str(eos_token)]
+            # Dictionary mode: code point -> character id, to look up all characters of a batch at once.
+            self._code_point_ids = _code_point_table(self.char_vocab)
         # Pin the special tokens to their character ids before the base class would append them after the vocabulary.
         self._added_tokens_decoder = {
             PADDING_CHAR_ID: _special_token(pad_token),
@@ -235,7 +248,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return vocab
 
     def word_to_ids(self, word: str) -> list[int]:
-        """The `row_width` ids of one word, as they appear in `input_ids`."""
+        """The `row_width` ids of one word, as they appear in `input_ids`: the reference mapping, which the batch
+        encoding of `__call__` computes for all words of a batch at once."""
         if self.char_vocab is None:
             return word_to_char_ids(word, self.max_characters_per_token)
         # As ELMoForManyLangs: the word is cut to max_characters_per_token - 2 code points before any lookup.
@@ -292,21 +306,27 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def num_special_tokens_to_add(self, pair: bool = False) -> int:
         return 2 if self.add_bos_eos else 0
 
-    def _split_words(self, text: str) -> list[tuple[str, tuple[int, int]]]:
-        """Split raw text into words with their `(start, end)` character offsets in `text`.
+    def _split_words(self, text: str) -> tuple[list[str], list[tuple[int, int]]]:
+        """Split raw text into words, and their `(start, end)` character offsets in `text`.
 
         The splitter cannot read lone surrogates (from `errors="surrogateescape"` decoding or JSON `"\\ud800"`), so
         it sees U+FFFD in their place: one character as well, neither space nor punctuation, so the offsets hold for
         `text`, and each word is `text[start:end]` (its surrogates, like the original's, then give no bytes).
         """
-        spans = self._pre_tokenizer.pre_tokenize_str(_LONE_SURROGATE.sub("\ufffd", text))
-        return [(text[start:end], (start, end)) for _, (start, end) in spans]
+        surrogates = _LONE_SURROGATE.search(text) is not None
+        spans = self._pre_tokenizer.pre_tokenize_str(_LONE_SURROGATE.sub("\ufffd", text) if surrogates else text)
+        if not spans:
+            return [], []
+        words, offsets = zip(*spans)
+        if surrogates:
+            words = [text[start:end] for start, end in offsets]
+        return list(words), list(offsets)
 
     def tokenize(self, text: str, **kwargs) -> list[str]:
         """Split raw text into the words that become rows of `input_ids`."""
         if not isinstance(text, str):
             raise TypeError(f"tokenize expects a str, got {type(text).__name__}.")
-        return [word for word, _ in self._split_words(text)]
+        return self._split_words(text)[0]
 
     def _row_to_word(self, char_ids: Sequence[int]) -> str:
         """Recover the (cut) word of one row; bytes cut inside a character and unknown characters decode to U+FFFD."""
@@ -359,61 +379,83 @@ class ElmoTokenizer(PreTrainedTokenizer):
         return self._decode(token_ids, skip_special_tokens=skip_special_tokens, **kwargs)
 
     def _split_example(
-        self, example: Any, example_index: int, is_split_into_words: bool
+        self, example: Any, example_index: int, is_split_into_words: bool, with_offsets: bool
     ) -> tuple[list[str], list[tuple[int, int]]]:
-        """Words of one example and their character offsets (in `" ".join(words)` for pre-split words)."""
+        """Words of one example and, if `with_offsets`, their character offsets (in `" ".join(words)` for pre-split
+        words; an empty list otherwise)."""
         if not is_split_into_words:
-            spans = self._split_words(example)
-            return [word for word, _ in spans], [offsets for _, offsets in spans]
+            words, offsets = self._split_words(example)
+            return words, offsets if with_offsets else []
         if not isinstance(example, (list, tuple)):
             raise TypeError(
                 f"With is_split_into_words=True, example {example_index} must be a list of words (str), got "
                 f"{type(example).__name__}."
             )
+        if not all(issubclass(word_type, str) for word_type in set(map(type, example))):
+            word_index, word = next((index, word) for index, word in enumerate(example) if not isinstance(word, str))
+            raise TypeError(
+                f"Word {word_index} of example {example_index} is {type(word).__name__}, expected str; convert "
+                "every word to a string before tokenizing."
+            )
         offsets = []
-        start = 0
-        for word_index, word in enumerate(example):
-            if not isinstance(word, str):
-                raise TypeError(
-                    f"Word {word_index} of example {example_index} is {type(word).__name__}, expected str; convert "
-                    "every word to a string before tokenizing."
-                )
-            offsets.append((start, start + len(word)))
-            start += len(word) + 1
+        if with_offsets:
+            start = 0
+            for word in example:
+                offsets.append((start, start + len(word)))
+                start += len(word) + 1
         return list(example), offsets
 
-    def _encode_example(
-        self,
-        example: Any,
-        example_index: int,
-        is_split_into_words: bool,
-        add_special_tokens: bool,
-        truncation_strategy: TruncationStrategy,
-        max_length: int | None,
-    ) -> tuple[dict[str, list], list[int | None]]:
-        """Rows, special-token mask and offsets of one example (unpadded), and the word index of each row."""
-        words, offsets = self._split_example(example, example_index, is_split_into_words)
-        word_ids: list[int | None] = list(range(len(words)))
-        add_boundaries = add_special_tokens and self.add_bos_eos
-        if truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None:
-            if add_boundaries and max_length < 2:
-                raise ValueError(
-                    f"max_length={max_length} cannot hold the <S> and </S> rows that add_bos_eos=True adds; use "
-                    "max_length >= 2 (it counts them) or add_special_tokens=False."
-                )
-            keep = max(max_length - (2 if add_boundaries else 0), 0)
-            kept = slice(max(len(words) - keep, 0), None) if self.truncation_side == "left" else slice(keep)
-            words, offsets, word_ids = words[kept], offsets[kept], word_ids[kept]
-        rows = [self.word_to_ids(word) for word in words]
-        special_tokens_mask = [0] * len(rows)
-        if add_boundaries:
-            begin, end = self.boundary_words
-            rows = [self.word_to_ids(begin), *rows, self.word_to_ids(end)]
-            offsets = [(0, 0), *offsets, (0, 0)]
-            word_ids = [None, *word_ids, None]
-            special_tokens_mask = [1, *special_tokens_mask, 1]
-        features = {"input_ids": rows, "special_tokens_mask": special_tokens_mask, "offset_mapping": offsets}
-        return features, word_ids
+    def _character_units(self, words: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The characters of all `words` concatenated, as UTF-8 bytes (lone surrogates give none, as in
+        `word_to_char_ids`) or in dictionary mode as code points, and each word's number of them."""
+        joined = "".join(words)
+        if self.char_vocab is not None:
+            code_points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), "<u4")
+            return code_points, np.fromiter(map(len, words), np.int64, len(words))
+        if joined.isascii():  # one byte per character: no encoding word by word
+            return np.frombuffer(joined.encode("ascii"), np.uint8), np.fromiter(map(len, words), np.int64, len(words))
+        encoded = [word.encode("utf-8", "ignore") for word in words]
+        return np.frombuffer(b"".join(encoded), np.uint8), np.fromiter(map(len, encoded), np.int64, len(encoded))
+
+    def _write_rows(self, words: list[str], out: np.ndarray, rows: np.ndarray) -> None:
+        """
+        Write the ids of `words[i]` into row `rows[i]` of `out` (`(num_rows, row_width)` int64, C-contiguous), the
+        same ids as `word_to_ids(words[i])`, for all words at once: their characters are cut, looked up and scattered
+        into place as whole arrays. Words that may be a sentence boundary (their first byte or code point is one of
+        a boundary word's first character) are then rewritten with `word_to_ids` itself.
+        """
+        width = self.max_characters_per_token
+        units, lengths = self._character_units(words)
+        kept = np.minimum(lengths, width - 2)
+        kept_starts = np.cumsum(kept) - kept
+        positions = np.arange(int(kept.sum()))
+        if (kept < lengths).any():  # long words keep their first width - 2 characters
+            units = units[positions + np.repeat(np.cumsum(lengths) - lengths - kept_starts, kept)]
+        if self.char_vocab is None:
+            begin_word, end_word, char_pad = BEGIN_WORD_CHAR_ID, END_WORD_CHAR_ID, PADDING_WITHIN_WORD_CHAR_ID
+            char_ids = units.astype(np.int64) + 1
+        else:
+            begin_word, end_word, char_pad = (self.char_vocab[name] for name in ("<bow>", "<eow>", "<char_pad>"))
+            char_ids = self._code_point_ids[np.minimum(units, len(self._code_point_ids) - 1)]
+        row_starts = rows * out.shape[1]
+        out[rows, 0] = begin_word
+        out[rows, 1:width] = char_pad
+        flat = out.reshape(-1)
+        flat[positions + np.repeat(row_starts + 1 - kept_starts, kept)] = char_ids
+        flat[row_starts + kept + 1] = end_word
+        if self.word_vocab is not None:
+            word_id, unknown = self.word_vocab.get, self.word_vocab[UNKNOWN_ENTRY]
+            flat[row_starts + width] = np.fromiter(
+                (word_id(word[: width - 2], unknown) for word in words), np.int64, len(words)
+            )
+        boundary_words = self.boundary_words
+        boundary_firsts = self._character_units([boundary[:1] for boundary in boundary_words])[0]
+        non_empty = np.flatnonzero(kept)
+        candidates = non_empty[np.equal.outer(units[kept_starts[non_empty]], boundary_firsts).any(1)].tolist()
+        if "" in boundary_words:
+            candidates += np.flatnonzero(kept == 0).tolist()
+        for index in candidates:
+            out[rows[index]] = self.word_to_ids(words[index])
 
     def _encode_plus(
         self,
@@ -437,7 +479,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
         verbose: bool = True,
         **kwargs,
     ) -> ElmoBatchEncoding:
-        """Encode one example or a batch into rows of character ids; called by `__call__` and `encode`."""
+        """
+        Encode one example or a batch into rows of character ids; called by `__call__` and `encode`.
+
+        The words of the whole batch are written at once into a padded `(batch_size, sequence_length, row_width)`
+        array (`_write_rows`), which becomes the tensors as it is; lists are made from it when no tensors are asked
+        for, or when the examples keep different lengths.
+        """
         if text_pair is not None:
             raise ValueError(
                 "ElmoTokenizer encodes single sentences, but text_pair was given; ELMo has no sentence-pair input, "
@@ -448,48 +496,106 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if return_token_type_ids:
             raise ValueError("return_token_type_ids is not supported: ELMo has no token type ids.")
         is_batched = self._is_batched(text, is_split_into_words)
-        examples = text if is_batched else [text]
-
-        batch: dict[str, list] = {"input_ids": [], "special_tokens_mask": [], "offset_mapping": []}
-        word_ids = []
-        for example_index, example in enumerate(examples):
-            features, example_word_ids = self._encode_example(
-                example, example_index, is_split_into_words, add_special_tokens, truncation_strategy, max_length
-            )
-            for key, value in features.items():
-                batch[key].append(value)
-            word_ids.append(example_word_ids)
-        if not return_special_tokens_mask:
-            del batch["special_tokens_mask"]
-        if not return_offsets_mapping:
-            del batch["offset_mapping"]
+        add_boundaries = add_special_tokens and self.add_bos_eos
+        sentences, offsets, first_words = self._split_batch(
+            text if is_batched else [text],
+            is_split_into_words,
+            add_boundaries,
+            truncation_strategy,
+            max_length,
+            return_offsets_mapping,
+        )
+        lengths = np.fromiter(map(len, sentences), np.int64, len(sentences))
+        padded_lengths = _padded_lengths(lengths, padding_strategy, max_length, pad_to_multiple_of)
+        side = padding_side or self.padding_side
+        if side not in ("left", "right") and (padded_lengths > lengths).any():
+            raise ValueError(f"padding_side must be 'left' or 'right', got {side!r}.")
+        starts = padded_lengths - lengths if side == "left" else np.zeros_like(lengths)
+        batch_size, sequence_length = len(sentences), int(padded_lengths.max(initial=0))
+        # Row of each word among the batch_size * sequence_length rows.
+        word_rows = np.arange(int(lengths.sum())) + np.repeat(
+            np.arange(batch_size) * sequence_length + starts - (np.cumsum(lengths) - lengths), lengths
+        )
+        input_ids = np.zeros((batch_size * sequence_length, self.row_width), np.int64)
+        self._write_rows(list(chain.from_iterable(sentences)), input_ids, word_rows)
+        data = {"input_ids": input_ids.reshape(batch_size, sequence_length, self.row_width)}
+        attention_mask = np.zeros((batch_size, sequence_length), np.int64)
+        attention_mask.reshape(-1)[word_rows] = 1
+        if return_special_tokens_mask:
+            special_tokens_mask = 1 - attention_mask
+            if add_boundaries:
+                special_tokens_mask[np.arange(batch_size), starts] = 1
+                special_tokens_mask[np.arange(batch_size), starts + lengths - 1] = 1
+            data["special_tokens_mask"] = special_tokens_mask
+        if return_offsets_mapping:
+            offset_mapping = np.zeros((batch_size * sequence_length, 2), np.int64)
+            offset_mapping[word_rows] = np.fromiter(
+                chain.from_iterable(chain.from_iterable(offsets)), np.int64
+            ).reshape(-1, 2)
+            data["offset_mapping"] = offset_mapping.reshape(batch_size, sequence_length, 2)
         if return_length:
-            batch["length"] = [len(rows) for rows in batch["input_ids"]]
-
+            data["length"] = lengths
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
-        batch = super().pad(
-            batch,
-            padding=padding_strategy,
-            max_length=max_length,
-            pad_to_multiple_of=pad_to_multiple_of,
-            padding_side=padding_side,
-            return_attention_mask=return_attention_mask,
-        )
-        side = padding_side or self.padding_side
-        for example_index, rows in enumerate(batch["input_ids"]):
-            padding = [None] * (len(rows) - len(word_ids[example_index]))
-            word_ids[example_index] = (
-                word_ids[example_index] + padding if side == "right" else padding + word_ids[example_index]
-            )
+        if return_attention_mask:
+            data["attention_mask"] = attention_mask
 
-        data = dict(batch) if is_batched else {key: value[0] for key, value in batch.items()}
+        word_ids = []
+        for start, length, padded_length, first in zip(
+            starts.tolist(), lengths.tolist(), padded_lengths.tolist(), first_words
+        ):
+            ids = list(range(first, first + length - 2 * add_boundaries))
+            ids = [None, *ids, None] if add_boundaries else ids
+            word_ids.append([None] * start + ids + [None] * (padded_length - start - length))
+
+        tensor_type = None if return_tensors is None else TensorType(return_tensors)
+        if tensor_type in (TensorType.PYTORCH, TensorType.NUMPY) and (padded_lengths == sequence_length).all():
+            if tensor_type == TensorType.PYTORCH:
+                data = {key: torch.from_numpy(value) for key, value in data.items()}
+            return ElmoBatchEncoding(data, word_ids=word_ids, tensor_type=tensor_type)
+        data = {key: _example_lists(key, value, padded_lengths) for key, value in data.items()}
+        if not is_batched:
+            data = {key: value[0] for key, value in data.items()}
         encoding = ElmoBatchEncoding(
             data, word_ids=word_ids, tensor_type=return_tensors, prepend_batch_axis=not is_batched
         )
         if return_tensors is not None:
             _restore_empty_axes(encoding, self.row_width)
         return encoding
+
+    def _split_batch(
+        self,
+        examples: Sequence[Any],
+        is_split_into_words: bool,
+        add_boundaries: bool,
+        truncation_strategy: TruncationStrategy,
+        max_length: int | None,
+        with_offsets: bool,
+    ) -> tuple[list[list[str]], list[list[tuple[int, int]]], list[int]]:
+        """The words of each example as they become rows (truncated, with the boundary words if `add_boundaries`),
+        their offsets (if `with_offsets`), and the index of each example's first kept word."""
+        keep = None
+        if truncation_strategy != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None:
+            if add_boundaries and max_length < 2:
+                raise ValueError(
+                    f"max_length={max_length} cannot hold the <S> and </S> rows that add_bos_eos=True adds; use "
+                    "max_length >= 2 (it counts them) or add_special_tokens=False."
+                )
+            keep = max(max_length - (2 if add_boundaries else 0), 0)
+        begin, end = self.boundary_words if add_boundaries else (None, None)
+        sentences, offsets, first_words = [], [], []
+        for example_index, example in enumerate(examples):
+            words, spans = self._split_example(example, example_index, is_split_into_words, with_offsets)
+            first = 0
+            if keep is not None and len(words) > keep:
+                first = len(words) - keep if self.truncation_side == "left" else 0
+                words, spans = words[first : first + keep], spans[first : first + keep]
+            if add_boundaries:
+                words, spans = [begin, *words, end], [(0, 0), *spans, (0, 0)] if with_offsets else []
+            sentences.append(words)
+            offsets.append(spans)
+            first_words.append(first)
+        return sentences, offsets, first_words
 
     @staticmethod
     def _is_batched(text: Any, is_split_into_words: bool) -> bool:
@@ -621,6 +727,41 @@ def _check_dictionary(
             )
         if any(not isinstance(index, int) or index < 1 for index in vocab.values()):
             raise ValueError(f"The {name} of {path} must map entries to ids >= 1 (0 pads whole words).")
+
+
+def _padded_lengths(
+    lengths: np.ndarray, padding_strategy: PaddingStrategy, max_length: int | None, pad_to_multiple_of: int | None
+) -> np.ndarray:
+    """Rows of each example after padding: the longest example's or `max_length`, rounded up to a multiple of
+    `pad_to_multiple_of`; an example longer than that keeps its own length."""
+    if padding_strategy == PaddingStrategy.LONGEST:
+        target = int(lengths.max(initial=0))
+    elif padding_strategy == PaddingStrategy.MAX_LENGTH:
+        target = max_length
+    else:
+        return lengths
+    if pad_to_multiple_of is not None and target % pad_to_multiple_of:
+        target = (target // pad_to_multiple_of + 1) * pad_to_multiple_of
+    return np.maximum(lengths, target)
+
+
+def _example_lists(key: str, value: np.ndarray, lengths: np.ndarray) -> list:
+    """A batch array as one nested list per example, of its first `lengths[i]` rows (offsets as tuples)."""
+    if key == "length":
+        return value.tolist()
+    examples = [example[:length].tolist() for example, length in zip(value, lengths.tolist())]
+    if key == "offset_mapping":
+        return [list(map(tuple, example)) for example in examples]
+    return examples
+
+
+def _code_point_table(chars: dict[str, int]) -> np.ndarray:
+    """The character id of each code point up to the largest in `chars`, then one entry more: the `<oov>` id, which
+    every other code point gets (larger ones are clipped to that entry)."""
+    singles = {ord(entry): char_id for entry, char_id in chars.items() if len(entry) == 1}
+    table = np.full(max(singles, default=0) + 2, chars[UNKNOWN_ENTRY], np.int64)
+    table[list(singles)] = list(singles.values())
+    return table
 
 
 def _restore_empty_axes(encoding: BatchEncoding, row_width: int) -> None:

@@ -1,9 +1,14 @@
 """Tests for the ELMo character tokenizer: exact ids, batching, offsets, padding, collators, save/load, errors."""
 
+import json
 import pickle
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+from test_properties import ANY_CHARACTER, PROPERTY_SETTINGS
 from transformers import AutoTokenizer, DataCollatorForTokenClassification, DataCollatorWithPadding
 
 import elmo_hf
@@ -67,6 +72,82 @@ def test_max_characters_per_token_sets_the_row_length():
     assert word_to_char_ids("<S>", 3) == [259, 257, 260]
     tokenizer = ElmoTokenizer(max_characters_per_token=8)
     assert tokenizer(["hello", "world!"], padding=True, return_tensors="pt")["input_ids"].shape == (2, 2, 8)
+
+
+def dictionary_tokenizer(folder, with_words: bool, max_characters_per_token: int = 8) -> ElmoTokenizer:
+    """A dictionary-mode tokenizer (ELMoForManyLangs layout) over a few characters, with or without word ids."""
+    characters = {"<bow>": 1, "<eow>": 2, "<char_pad>": 3, "<oov>": 4, "<bos>": 5, "<eos>": 6}
+    characters.update({character: 7 + index for index, character in enumerate("abé中😀<\ud800")})
+    vocab = {"characters": characters}
+    if with_words:
+        cut_word = "a" * (max_characters_per_token - 2)
+        vocab["words"] = {"<oov>": 1, "<bos>": 2, "<eos>": 3, "ab": 4, "中中": 5, cut_word: 6}
+    path = folder / f"vocab-{with_words}.json"
+    path.write_text(json.dumps(vocab), encoding="utf-8")
+    return ElmoTokenizer(
+        str(path), bos_token="<bos>", eos_token="<eos>", max_characters_per_token=max_characters_per_token
+    )
+
+
+@pytest.fixture(scope="module")
+def batch_tokenizers(tmp_path_factory) -> dict[str, ElmoTokenizer]:
+    """Byte tokenizers (50 and 8 characters a word) and dictionary tokenizers with and without word ids."""
+    folder = tmp_path_factory.mktemp("vocab")
+    return {
+        "bytes": ElmoTokenizer(),
+        "bytes-8": ElmoTokenizer(max_characters_per_token=8),
+        "dictionary": dictionary_tokenizer(folder, with_words=False),
+        "dictionary-words": dictionary_tokenizer(folder, with_words=True),
+    }
+
+
+# Words of any code point (lone surrogates included), words of the vocabularies' characters, boundary words, empty
+# words, and long words of multi-byte characters (over 48 UTF-8 bytes, so they are cut inside a character).
+WORD = st.one_of(
+    st.text(ANY_CHARACTER, max_size=12),
+    st.text(st.sampled_from(list("abé中😀<\ud800S/")), max_size=70),
+    st.sampled_from(["", "<S>", "</S>", "<bos>", "<eos>", "<bos>x", "<S", "ab", "中中", "aaaaaa", "é" * 30]),
+)
+
+
+@PROPERTY_SETTINGS
+@given(sentences=st.lists(st.lists(WORD, max_size=6), min_size=1, max_size=4), left=st.booleans())
+@example(sentences=[["x" + "é" * 30, "", "😀" * 13, "<S>"], [], ["\ud800", "a\udcff" * 30]], left=False)
+def test_batch_encoding_gives_the_per_word_ids(batch_tokenizers, sentences, left):
+    for tokenizer in batch_tokenizers.values():
+        encoding = tokenizer(
+            sentences, is_split_into_words=True, padding=True, padding_side="left" if left else "right",
+            return_tensors="np",
+        )
+        input_ids = encoding["input_ids"]
+        assert input_ids.shape == (len(sentences), max(map(len, sentences)), tokenizer.row_width)
+        for index, words in enumerate(sentences):
+            rows = input_ids[index, input_ids.shape[1] - len(words) :] if left else input_ids[index, : len(words)]
+            assert rows.tolist() == [tokenizer.word_to_ids(word) for word in words]
+            assert np.count_nonzero(input_ids[index].any(-1)) == len(words)
+
+
+def test_batch_encoding_of_long_empty_and_boundary_words(batch_tokenizers):
+    words = ["a" * 60, "x" + "é" * 30, "", "<S>", "</S>", "<bos>", "<S>x", "<", "中中"]
+    for tokenizer in batch_tokenizers.values():
+        rows = tokenizer([words, ["ab"]], is_split_into_words=True, padding=True, return_tensors="pt")["input_ids"]
+        assert rows[0].tolist() == [tokenizer.word_to_ids(word) for word in words]
+        assert rows[1, 0].tolist() == tokenizer.word_to_ids("ab") and not rows[1, 1:].any()
+    assert batch_tokenizers["bytes"](words, is_split_into_words=True)["input_ids"][3] == word_to_char_ids("<S>")
+    dictionary = batch_tokenizers["dictionary-words"]
+    assert dictionary(["<bos>", "中中", "aaaaaaa"], is_split_into_words=True)["input_ids"] == [
+        [1, 5, 2, 3, 3, 3, 3, 3, 2],  # the boundary row, then the word id of <bos>
+        [1, 10, 10, 2, 3, 3, 3, 3, 5],
+        [1, 7, 7, 7, 7, 7, 7, 2, 6],  # cut to 6 characters, whose word id it gets
+    ]
+
+
+def test_padding_to_max_length_keeps_longer_examples_whole(tokenizer):
+    encoding = tokenizer(["a b c", "d"], padding="max_length", max_length=2)
+    assert [len(rows) for rows in encoding["input_ids"]] == [3, 2]
+    assert encoding["attention_mask"] == [[1, 1, 1], [1, 0]]
+    with pytest.raises(ValueError, match="Unable to create tensor"):
+        tokenizer(["a b c", "d"], padding="max_length", max_length=2, return_tensors="pt")
 
 
 def test_vocabulary(tokenizer):
