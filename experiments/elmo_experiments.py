@@ -45,7 +45,7 @@ from examples.train_token_classification import read_brown, read_conll  # noqa: 
 from experiments.corpus import build_corpus  # noqa: E402
 
 from elmo_hf import DEFAULT_MODEL, ElmoModel, ElmoScalarMix, ElmoTokenizer, packaged_model_path  # noqa: E402
-from elmo_hf.tokenization_elmo import CHAR_VOCAB_SIZE, word_to_char_ids  # noqa: E402
+from elmo_hf.tokenization_elmo import CHAR_VOCAB_SIZE  # noqa: E402
 
 Sentence = tuple[list[str], list[str]]
 SCRIPT = "python experiments/elmo_experiments.py"
@@ -56,6 +56,7 @@ EPOCHS = {0.01: 40, 0.1: 10, 1.0: 2}
 NER_EPOCHS = {0.01: 100, 0.1: 60, 1.0: 30}
 # The tagger's character CNN reads at most this many characters of a word (begin and end marks included).
 TAGGER_CHARS = 20
+TAGGER_TOKENIZER = ElmoTokenizer(max_characters_per_token=TAGGER_CHARS)  # the baseline tagger's character ids
 # The L2 comparison (lambda = 1 instead of 0.001): training fraction and seeds per task. POS runs it on 10% with one
 # seed, the most its CPU budget allowed (a 100% POS run with ELMo takes about 15 minutes on one busy core).
 L2_RUNS = {"ner": (1.0, SEEDS), "pos": (0.1, (0,))}
@@ -197,7 +198,10 @@ class Encoded:
                  layers: tuple[torch.Tensor, torch.Tensor] | None):
         self.lengths = [len(words) for words, _ in sentences]
         self.words = [torch.tensor([word_index.get(word, 1) for word in words]) for words, _ in sentences]
-        self.chars = [torch.tensor([word_to_char_ids(word, TAGGER_CHARS) for word in words]) for words, _ in sentences]
+        self.chars = [
+            TAGGER_TOKENIZER(words, is_split_into_words=True, return_tensors="pt")["input_ids"][0]
+            for words, _ in sentences
+        ]
         self.tags = [torch.tensor([tag_index[tag] for tag in tags]) for _, tags in sentences]
         self.layers = layers
 

@@ -145,9 +145,9 @@ def test_sentence_keys_and_forgotten_sentences(embedder, tmp_path):
 
 def test_a_character_dictionary_model_reads_its_own_ids(tmp_path):
     """An ELMoForManyLangs model (code-point dictionary, word ids): the embedder encodes with the model's tokenizer."""
-    from elmo_hf.conversion.manylangs import convert
+    from elmo_hf.conversion.manylangs import convert_manylangs
 
-    folder = convert(FIXTURES / "manylangs" / "model", tmp_path / "elmo-zh", language="zh")
+    folder = convert_manylangs(FIXTURES / "manylangs" / "model", tmp_path / "elmo-zh", language="zh")
     sentences = json.loads((FIXTURES / "manylangs" / "ids.json").read_text(encoding="utf-8"))["sentences"]
     model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
     inputs = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")

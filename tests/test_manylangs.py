@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -17,8 +18,10 @@ from transformers import pipeline
 
 from elmo_hf import ElmoForTokenClassification, ElmoModel, ElmoTokenClassificationPipeline, ElmoTokenizer
 from elmo_hf.cli import main as cli_main
+from elmo_hf.cli import run_subcommand
 from elmo_hf.conversion.checkpoint import ConversionError
 from elmo_hf.conversion.manylangs import PACKAGED_ARCHITECTURE, convert_manylangs, read_architecture, read_lexicon
+from elmo_hf.tokenization_elmo import word_to_char_ids
 
 FIXTURE = Path(__file__).parent / "fixtures" / "manylangs"
 MODEL = FIXTURE / "model"
@@ -378,3 +381,67 @@ def test_config_checks_the_dictionary_fields(fields, message):
         ElmoConfig(**fields)
     dictionary = ElmoConfig(char_vocab_size=20, boundary_input_ids=[[1] * 50, [2] * 50])
     assert dictionary.row_width == 50 and ElmoConfig().row_width == 50
+
+
+# The fixture sentences that survive being written as lines of space-separated words.
+LINES = [words for words in SENTENCES if " ".join(words).split() == words]
+
+
+def without_word_embedding(tmp_path: Path) -> Path:
+    """The fixture with `word_dim: 0` (which convert-manylangs accepts): its projection reads the character CNN."""
+    folder = tmp_path / "no-word-embedding"
+    shutil.copytree(MODEL, folder)
+    architecture = json.loads((folder / "cnn_fixture.json").read_text())
+    word_dim = architecture["token_embedder"]["word_dim"]
+    architecture["token_embedder"]["word_dim"] = 0
+    (folder / "cnn_fixture.json").write_text(json.dumps(architecture))
+    state = torch.load(folder / "token_embedder.pkl", weights_only=True)
+    del state["word_emb_layer.embedding.weight"]
+    state["projection.weight"] = state["projection.weight"][:, word_dim:]  # their projection reads [words, chars]
+    torch.save(state, folder / "token_embedder.pkl")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def converted_without_words(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("manylangs-chars")
+    return convert_manylangs(without_word_embedding(folder), folder / "elmo-zh-chars", language="zh")
+
+
+@pytest.mark.parametrize("word_embedding", [True, False])
+def test_embed_gives_a_dictionary_model_its_dictionary_ids(converted, converted_without_words, word_embedding,
+                                                           tmp_path):
+    """Issue 23 item 15: without a word embedding embed used byte ids (exit 0), with one it died on the row width."""
+    folder = converted if word_embedding else converted_without_words
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    assert (tokenizer.word_vocab is not None) == word_embedding
+    # The dictionary's ids are not the byte ids ("the" -> [412, 85, 73, 70, 411, ...] against [259, 117, 105, ...]).
+    assert tokenizer.word_to_ids("the")[:5] != word_to_char_ids("the", tokenizer.max_characters_per_token)[:5]
+    text = tmp_path / "in.txt"
+    text.write_text("".join(" ".join(words) + "\n" for words in LINES), encoding="utf-8")
+    output = tmp_path / "vectors.hdf5"
+    arguments = ["embed", str(text), str(output), "--model", str(folder), "--batch-size", "2", "--no-progress"]
+    assert cli_main(arguments) == 0
+    model = ElmoModel.from_pretrained(folder).eval()
+    with h5py.File(output, "r") as file:
+        for key, words in enumerate(LINES):
+            inputs = tokenizer([words], is_split_into_words=True, return_tensors="pt")
+            with torch.inference_mode():
+                expected = torch.stack(model(**inputs, output_hidden_states=True).hidden_states)[:, 0]
+            np.testing.assert_allclose(file[str(key)][...], expected.numpy(), atol=1e-6, rtol=1e-5)
+
+
+def test_pretraining_from_a_dictionary_model_keeps_its_tokenizer(converted, tmp_path):
+    text = tmp_path / "train.txt"
+    text.write_text("".join(" ".join(words) + "\n" for words in LINES * 4), encoding="utf-8")
+    output = tmp_path / "adapted"
+    arguments = ["--train", text, "--output", output, "--model", converted, "--max-steps", "1",
+                 "--learning-rate", "0", "--batch-size", "2", "--no-progress"]
+    assert run_subcommand("pretrain", list(map(str, arguments))) == 0
+    adapted, original = ElmoTokenizer.from_pretrained(output), ElmoTokenizer.from_pretrained(converted)
+    assert (adapted.char_vocab, adapted.word_vocab, adapted.row_width) == (
+        original.char_vocab, original.word_vocab, original.row_width
+    )
+    torch.testing.assert_close(
+        ElmoModel.from_pretrained(output).state_dict(), ElmoModel.from_pretrained(converted).state_dict()
+    )

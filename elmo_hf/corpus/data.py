@@ -20,14 +20,13 @@ characters; only the softmax targets need the word vocabulary.
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from functools import lru_cache
 from pathlib import Path
 
 import torch
 from torch.utils.data import IterableDataset
 
 from ..errors import ElmoInputError
-from ..tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
+from ..tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, ElmoTokenizer
 
 UNKNOWN_WORD = "<UNK>"
 # The first lines of every vocabulary file, in the original's order: ids 0, 1, 2.
@@ -177,11 +176,6 @@ def load_sentences(paths: Iterable[str | os.PathLike], errors: str = "strict") -
     return sentences
 
 
-@lru_cache(maxsize=1 << 18)
-def _char_ids(word: str, max_characters_per_token: int) -> tuple[int, ...]:
-    return tuple(word_to_char_ids(word, max_characters_per_token))
-
-
 class DataCollatorForElmoPreTraining:
     """Sentences -> the inputs of [`ElmoForPreTraining`]: character ids and both directions' targets.
 
@@ -190,15 +184,23 @@ class DataCollatorForElmoPreTraining:
     words the forward targets are words `1..n` then `</S>`, the backward targets `<S>` then words `1..n`, both -100
     beyond.
 
-    Returns `input_ids` `(batch_size, sequence_length, max_characters_per_token)`, `attention_mask` `(batch_size,
+    The words become `input_ids` through `tokenizer`, the model's own [`ElmoTokenizer`] (default: the byte tokenizer
+    of the released models), so dictionary models get their dictionary ids.
+
+    Returns `input_ids` `(batch_size, sequence_length, tokenizer.row_width)`, `attention_mask` `(batch_size,
     sequence_length)`, `labels` and `backward_labels` `(batch_size, sequence_length + 1)`.
     """
 
-    def __init__(self, vocabulary: ElmoWordVocabulary, max_characters_per_token: int = 50, max_words: int = 100):
+    def __init__(self, vocabulary: ElmoWordVocabulary, tokenizer: ElmoTokenizer | None = None, max_words: int = 100):
         if max_words < 1:
             raise ValueError(f"max_words must be positive, got {max_words}.")
+        if tokenizer is not None and not isinstance(tokenizer, ElmoTokenizer):
+            raise TypeError(
+                f"tokenizer must be the model's ElmoTokenizer (ElmoTokenizer.from_pretrained(folder)), got "
+                f"{type(tokenizer).__name__}."
+            )
         self.vocabulary = vocabulary
-        self.max_characters_per_token = max_characters_per_token
+        self.tokenizer = ElmoTokenizer() if tokenizer is None else tokenizer
         self.max_words = max_words
 
     def sentences(self, features: list[dict]) -> list[list[str]]:
@@ -213,22 +215,21 @@ class DataCollatorForElmoPreTraining:
         rows = self.sentences(features)
         if not rows:
             raise CorpusError("a batch holds only empty sentences; drop empty lines from the dataset.")
-        length = max(map(len, rows))
-        chars = self.max_characters_per_token
-        input_ids = torch.zeros(len(rows), length, chars, dtype=torch.long)
-        attention_mask = torch.zeros(len(rows), length, dtype=torch.long)
+        inputs = self.tokenizer(
+            rows, is_split_into_words=True, add_special_tokens=False, padding=True, padding_side="right",
+            return_tensors="pt",
+        )
+        length = inputs["input_ids"].shape[1]
         labels = torch.full((len(rows), length + 1), -100, dtype=torch.long)
         backward_labels = torch.full((len(rows), length + 1), -100, dtype=torch.long)
         vocabulary = self.vocabulary
         for row, words in enumerate(rows):
-            input_ids[row, : len(words)] = torch.tensor([_char_ids(word, chars) for word in words])
-            attention_mask[row, : len(words)] = 1
             ids = [vocabulary.word_id(word) for word in words]
             labels[row, : len(words) + 1] = torch.tensor([*ids, vocabulary.eos_id])
             backward_labels[row, : len(words) + 1] = torch.tensor([vocabulary.bos_id, *ids])
         return {
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
+            "input_ids": inputs["input_ids"],
+            "attention_mask": inputs["attention_mask"],
             "labels": labels,
             "backward_labels": backward_labels,
         }

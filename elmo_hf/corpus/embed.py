@@ -74,7 +74,6 @@ MERGE_TEMPORARY = "merged.hdf5.tmp"
 PART_SECONDS = 60.0  # a part is closed after this long even if it holds fewer than `part_size` sentences
 POOL_BATCHES = 32  # lines read ahead and sorted by length, in batches: longer pools pad less, hold more in memory
 QUEUE_BATCHES = 4  # batches waiting between threads
-ENCODER_CACHE_WORDS = 200_000
 OUTPUT_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 MODEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LAYER_CHOICES = ("all", "top", "average", "mix")
@@ -168,33 +167,6 @@ def count_lines(path: Path, errors: str) -> int:
     """Lines of a file (for the progress bar); also finds undecodable bytes before any work starts."""
     with path.open("rb") as stream:
         return sum(1 for _ in read_lines(stream, str(path), errors))
-
-
-class CharIdEncoder:
-    """Words -> `input_ids` `(batch_size, sequence_length, max_characters_per_token)` and `attention_mask`, with the
-    character ids of frequent words cached (`word_to_char_ids` is the mapping; this only batches it)."""
-
-    def __init__(self, max_characters_per_token: int):
-        from ..tokenization_elmo import word_to_char_ids
-
-        self.word_to_char_ids = word_to_char_ids
-        self.max_characters_per_token = max_characters_per_token
-        self.cache: dict[str, np.ndarray] = {}
-
-    def __call__(self, sentences: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
-        length = max(len(words) for words in sentences)
-        input_ids = np.zeros((len(sentences), length, self.max_characters_per_token), dtype=np.int64)
-        attention_mask = np.zeros((len(sentences), length), dtype=np.int64)
-        if len(self.cache) > ENCODER_CACHE_WORDS:
-            self.cache.clear()
-        for row, words in enumerate(sentences):
-            attention_mask[row, : len(words)] = 1
-            for column, word in enumerate(words):
-                ids = self.cache.get(word)
-                if ids is None:
-                    ids = self.cache[word] = np.array(self.word_to_char_ids(word, self.max_characters_per_token))
-                input_ids[row, column] = ids
-        return torch.from_numpy(input_ids), torch.from_numpy(attention_mask)
 
 
 def length_grouped_batches(
@@ -701,7 +673,6 @@ class EmbedRun:
         config = model.config
         num_layers, dim = config.num_layers + 1, 2 * config.projection_dim
         writer = PartWriter(self.partial, self.settings, job.part_size)
-        encoder = CharIdEncoder(tokenizer.max_characters_per_token)
         batches: queue.Queue = queue.Queue(QUEUE_BATCHES)
         results: queue.Queue = queue.Queue(QUEUE_BATCHES)
         total = None if num_lines is None else len(range(self.rank, num_lines, self.world_size))
@@ -742,7 +713,11 @@ class EmbedRun:
         def read():
             try:
                 for batch in length_grouped_batches(sentences(), job.batch_size, job.max_tokens):
-                    put(batches, (batch, *encoder([sentence.words for sentence in batch])), self.stop)
+                    inputs = tokenizer(
+                        [sentence.words for sentence in batch], is_split_into_words=True, add_special_tokens=False,
+                        padding=True, padding_side="right", return_tensors="pt",
+                    )
+                    put(batches, (batch, inputs["input_ids"], inputs["attention_mask"]), self.stop)
                 put(batches, None, self.stop)
             except BaseException as error:  # handed to the main thread, which reports it
                 put(batches, Failure(error), self.stop)

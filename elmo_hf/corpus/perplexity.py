@@ -38,7 +38,7 @@ from .data import (
     check_corpus,
     load_sentences,
 )
-from .pretraining import PreTrainingError, PreTrainingRunError, model_perplexity, write_json_atomically
+from .pretraining import PreTrainingError, PreTrainingRunError, load_tokenizer, model_perplexity, write_json_atomically
 
 
 def load_pretraining_model(
@@ -113,7 +113,7 @@ def corpus_perplexity(
         torch.set_num_threads(threads)
     if torch.cuda.is_available():
         pretraining_model = pretraining_model.cuda()
-    collator = DataCollatorForElmoPreTraining(vocabulary, pretraining_model.config.max_characters_per_token, max_words)
+    collator = DataCollatorForElmoPreTraining(vocabulary, load_tokenizer(folder, pretraining_model.config), max_words)
     result = model_perplexity(pretraining_model, DataLoader(sentences, batch_size=batch_size, collate_fn=collator))
     result["words"] = sum(len(sentence["words"]) for sentence in sentences)
     result["files"] = [str(path) for path in text]

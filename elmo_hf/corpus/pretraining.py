@@ -249,6 +249,14 @@ def read_json(path: Path) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
+def load_tokenizer(folder: str | os.PathLike | None, config: ElmoConfig) -> ElmoTokenizer:
+    """A model folder's own tokenizer (so a dictionary model keeps its ids), or the byte tokenizer for a new model
+    (`folder=None`) or a folder without tokenizer files."""
+    if folder is not None and (Path(folder) / "tokenizer_config.json").is_file():
+        return ElmoTokenizer.from_pretrained(folder)
+    return ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
+
+
 def checkpoint_problem(folder: Path, run_id: str) -> str | None:
     """Why checkpoint `folder` cannot be resumed as part of run `run_id` (None: it is complete and of this run)."""
     record = read_json(folder / RUN_FILE)
@@ -484,18 +492,17 @@ class OutputFolder:
             os.replace(self.path / name, aside / name)
         report(f"--overwrite: the previous run's checkpoints and model are now in {aside}")
 
-    def save_model(self, trainer: ElmoPreTrainer, vocabulary: ElmoWordVocabulary) -> None:
+    def save_model(self, trainer: ElmoPreTrainer, tokenizer: ElmoTokenizer, vocabulary: ElmoWordVocabulary) -> None:
         """Writes the model folder into a staging folder, then moves its files into OUTPUT, `config.json` last.
 
-        Safetensors, JSON and text files and the remote code, with the umask's permissions (no pickle); a file of
+        Safetensors, JSON and text files (the model's own tokenizer among them) and the remote code, with the umask's permissions (no pickle); a file of
         OUTPUT that this run's record does not list as its own is never replaced.
         """
         staging = Path(tempfile.mkdtemp(prefix=_FINAL_STAGING_PREFIX, dir=self.path))
         try:
             trainer.save_model(str(staging))
             (staging / _TRAINING_ARGS_FILE).unlink(missing_ok=True)
-            ElmoTokenizer(max_characters_per_token=trainer.model.config.max_characters_per_token).save_pretrained(
-                staging)
+            tokenizer.save_pretrained(staging)
             vocabulary.save(staging)
             (staging / LOG_FILE).write_text(json.dumps(trainer.state.log_history, indent=1))
             respect_umask(staging)  # safetensors writes its file 0600 whatever the umask
@@ -675,7 +682,8 @@ def pretrain(
     with training_args.main_process_first(local=False):  # process 0 prepares OUTPUT, the others then read its id
         run_id = folder.start(resume, optimizer, report) if training_args.process_index == 0 else None
     run_id = run_id or OutputFolder(folder.path).record["run_id"]
-    collator = DataCollatorForElmoPreTraining(vocabulary, pretraining_model.config.max_characters_per_token, max_words)
+    tokenizer = load_tokenizer(model, pretraining_model.config)
+    collator = DataCollatorForElmoPreTraining(vocabulary, tokenizer, max_words)
     # The original's Adagrad starts every accumulator at 1, which Trainer's "adagrad" cannot set.
     optimizer_instance = None
     if optimizer == "adagrad":
@@ -697,7 +705,7 @@ def pretrain(
         if not all(bool(torch.isfinite(parameter).all()) for parameter in pretraining_model.parameters()):
             raise PreTrainingRunError(divergence_message(trainer.state.global_step, folder.path, run_id))
         if trainer.is_world_process_zero():
-            folder.save_model(trainer, vocabulary)
+            folder.save_model(trainer, tokenizer, vocabulary)
     except OSError as error:
         kept = newest_complete_checkpoint(folder.path, run_id)[0]
         raise PreTrainingRunError(
@@ -708,4 +716,4 @@ def pretrain(
     return trainer, metrics
 
 
-__all__ = ["ElmoPreTrainer", "PRESETS", "PreTrainingError", "PreTrainingRunError", "model_perplexity", "pretrain"]
+__all__ = ["ElmoPreTrainer", "PRESETS", "PreTrainingError", "PreTrainingRunError", "load_tokenizer", "model_perplexity", "pretrain"]

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .. import ElmoModel, ElmoScalarMix, ElmoTokenizer
-from ..corpus.embed import MODEL_DTYPES, OUTPUT_DTYPES, CharIdEncoder, Sentence, length_grouped_batches, load_model
+from ..corpus.embed import MODEL_DTYPES, OUTPUT_DTYPES, Sentence, length_grouped_batches, load_model
 from ..packaged_elmo import resolve_model_name
 
 LAYERS = ("all", "top", "average", "mix")
@@ -101,9 +101,6 @@ class WordVectors:
         if dtype not in OUTPUT_DTYPES:
             raise ValueError(f"dtype must be one of {sorted(OUTPUT_DTYPES)}, got {dtype!r}.")
         self.model, self.tokenizer, self.layers, self.dtype = model, tokenizer, layers, dtype
-        # UTF-8 byte ids: the command's cached encoder of the same ids (many times faster than the tokenizer's call);
-        # a character dictionary (ELMoForManyLangs): the tokenizer.
-        self.encoder = CharIdEncoder(tokenizer.max_characters_per_token) if tokenizer.char_vocab is None else None
         self.num_representations = model.config.num_layers + 1
         self.mix = layer_mix(layers, self.num_representations, mix_weights, gamma)
         if self.mix is not None:
@@ -122,12 +119,11 @@ class WordVectors:
         `stateful` the final LSTM state, the run starting from `lstm_state` (None: zeros)."""
         if not sentences:
             return [], lstm_state
-        if self.encoder is not None:
-            input_ids, attention_mask = self.encoder(sentences)
-        else:
-            inputs = self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
-            input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]
-        input_ids, attention_mask = input_ids.to(self.model.device), attention_mask.to(self.model.device)
+        inputs = self.tokenizer(
+            sentences, is_split_into_words=True, add_special_tokens=False, padding=True, padding_side="right",
+            return_tensors="pt",
+        )
+        input_ids, attention_mask = inputs["input_ids"].to(self.model.device), inputs["attention_mask"].to(self.model.device)
         with torch.inference_mode():
             outputs = self.model(
                 input_ids=input_ids,
