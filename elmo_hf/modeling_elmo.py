@@ -41,7 +41,7 @@ from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput,
 from transformers.utils.generic import can_return_tuple
 from transformers.utils import logging
 
-from .configuration_elmo import ElmoConfig
+from .configuration_elmo import SCALAR_MIX_LAYER_NORMS, ElmoConfig
 from .kernels_elmo import (
     RECURRENCE_IMPLEMENTATIONS,
     TOKEN_LAYER_IMPLEMENTATIONS,
@@ -570,6 +570,17 @@ class ElmoScalarMix(nn.Module):
         l2_coefficient: float = 0.0,
     ):
         super().__init__()
+        if isinstance(num_representations, bool) or not isinstance(num_representations, int) or num_representations < 1:
+            raise ValueError(
+                f"ElmoScalarMix needs at least one layer to mix, got num_representations={num_representations!r}."
+            )
+        if layer_norm not in SCALAR_MIX_LAYER_NORMS:
+            raise ValueError(f"layer_norm must be one of {SCALAR_MIX_LAYER_NORMS}, got {layer_norm!r}.")
+        if fixed_weights is not None and len(fixed_weights) != num_representations:
+            raise ValueError(
+                f"fixed_weights has {len(fixed_weights)} values for {num_representations} layers; give one pre-softmax "
+                "scalar per layer."
+            )
         trainable = fixed_weights is None
         self.fixed_weights = fixed_weights
         self.scalar_parameters = nn.Parameter(torch.zeros(num_representations), requires_grad=trainable)
@@ -636,6 +647,14 @@ class ElmoScalarMix(nn.Module):
         if len(hidden_states) != self.scalar_parameters.shape[0]:
             raise ValueError(
                 f"ElmoScalarMix mixes {self.scalar_parameters.shape[0]} layers, got {len(hidden_states)}."
+            )
+        shapes = {tuple(layer.shape) for layer in hidden_states}
+        if len(shapes) != 1:
+            raise ValueError(f"ElmoScalarMix mixes layers of one shape, got shapes {sorted(shapes)}.")
+        if mask is not None and tuple(mask.shape) != tuple(hidden_states[0].shape[:-1]):
+            raise ValueError(
+                f"mask must have the layers' shape without their last axis, {tuple(hidden_states[0].shape[:-1])} "
+                f"(batch_size, sequence_length), got {tuple(mask.shape)}."
             )
         if mask is None and self.layer_norm == "batch":
             raise ValueError("layer_norm='batch' needs the word mask: pass the tokenizer's attention_mask as mask.")
