@@ -28,10 +28,9 @@ Dimension names used in the docstrings: `batch_size`, `sequence_length` (words),
 `projection_dim`, `lstm_dim`; `sequence_length + 2` counts the sentence boundaries `<S>` and `</S>`.
 """
 
-import math
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -41,7 +40,18 @@ from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput,
 from transformers.utils.generic import can_return_tuple
 from transformers.utils import logging
 
-from .configuration_elmo import SCALAR_MIX_LAYER_NORMS, ElmoConfig
+from .checks_elmo import (
+    check_label_ids,
+    check_labels_type,
+    check_mix_arguments,
+    check_mix_inputs,
+    check_model_inputs,
+    check_pretraining_labels,
+    check_right_padded,
+    check_sequence_labels,
+    initial_lstm_state,
+)
+from .configuration_elmo import ElmoConfig
 from .kernels_elmo import (
     RECURRENCE_IMPLEMENTATIONS,
     TOKEN_LAYER_IMPLEMENTATIONS,
@@ -50,7 +60,16 @@ from .kernels_elmo import (
     uses_padded_batches,
 )
 from .packaged_elmo import resolve_model_name
-from .reference_elmo import LstmLinears, LstmState, SequenceBatch, TokenLayers, WordsFirst, word_mask
+from .reference_elmo import (
+    LstmLinears,
+    LstmState,
+    SequenceBatch,
+    TokenLayers,
+    WordsFirst,
+    log_expected_count,
+    log_uniform_sample,
+    word_mask,
+)
 from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
 
 
@@ -129,14 +148,8 @@ class ElmoCharacterEncoder(nn.Module):
     def forward(self, word_ids: torch.Tensor) -> torch.Tensor:
         """`(num_words, row_width)` ids (characters, then the word id if any) -> `(num_words, projection_dim)`."""
         layers = TokenLayers(
-            self.char_embeddings,
-            self.char_cnn,
-            self.highway,
-            self.word_embeddings,
-            self.projection,
-            self.config.max_characters_per_token,
-            self.config.activation,
-            tuple(self.char_cnn.convolutions),
+            self.char_embeddings, self.char_cnn, self.highway, self.word_embeddings, self.projection,
+            self.config.max_characters_per_token, self.config.activation, tuple(self.char_cnn.convolutions),
             tuple((layer.transform, layer.gate) for layer in self.highway.layers),
         )
         # A padded batch (the export path) takes all words at once: a number of chunks would depend on the data.
@@ -319,10 +332,10 @@ class ElmoModel(ElmoPreTrainedModel):
 
     Speed: no work is spent on padding, the character CNN runs once per distinct word of the batch (a word's token
     vector does not depend on its context), and on CPU without autograd (`torch.inference_mode()`) the token layer
-    and the LSTM cells run the kernels of `cpu_kernels.py` (see `use_cpu_kernels`; `config.elmo_implementation =
-    "eager"` turns them off). Long inputs: there is no length limit; the character CNN runs on chunks of
-    `ElmoCharacterEncoder.chunk_size` words, so memory grows linearly with the number of words (a 5,000-word document
-    is one call).
+    and the LSTM cells run the kernels of `cpu_kernels.py` (chosen by `kernels_elmo.choose_implementation`;
+    `config.elmo_implementation = "eager"` turns them off). Long inputs: there is no length limit; the character CNN
+    runs on chunks of `ElmoCharacterEncoder.chunk_size` words, so memory grows linearly with the number of words (a
+    5,000-word document is one call).
     """
 
     def __init__(self, config: ElmoConfig):
@@ -347,98 +360,6 @@ class ElmoModel(ElmoPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.token_encoder.char_embeddings = value
 
-    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, check_values: bool = True):
-        """Raises a clear error for inputs the model cannot read correctly, and for tracing. `check_values=False` checks
-        types and shapes only: the checks of values (id range, a mask marking an all-zero word) read the data, which a
-        traced graph cannot do (the export path under `torch.export` or `torch.compile`)."""
-        if torch.jit.is_tracing():
-            raise RuntimeError(
-                "ELMo cannot be traced (torch.jit.trace, torch.onnx.export(..., dynamo=False)): a trace fixes the "
-                "traced batch's sentence lengths into the graph, which is then wrong for other inputs. Export with "
-                "`elmo-hf export-onnx`, torch.onnx.export(..., dynamo=True) or torch.export.export."
-            )
-        if not isinstance(input_ids, torch.Tensor):
-            raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
-        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
-            raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
-        # The largest id the rows hold (plain comparisons: torch.compile cannot trace `max` over tuples).
-        largest, name = self.config.char_vocab_size - 1, "character ids"
-        if self.config.word_embedding_vocab_size - 1 >= largest:
-            largest, name = self.config.word_embedding_vocab_size - 1, "word ids"
-        if torch.iinfo(input_ids.dtype).max < largest:
-            raise TypeError(
-                f"input_ids has dtype {input_ids.dtype}, which cannot hold {name} up to {largest}, so its values have "
-                "wrapped around; keep the torch.long ids ElmoTokenizer returns."
-            )
-        if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
-            raise TypeError(
-                f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
-                "return_tensors='pt' or pass torch.tensor(attention_mask)."
-            )
-        chars, width = self.config.max_characters_per_token, self.config.row_width
-        if input_ids.dim() != 3:
-            raise ValueError(
-                f"input_ids must have shape (batch_size, sequence_length, {width}): one row of ids per word, as "
-                f"ElmoTokenizer returns; got shape {tuple(input_ids.shape)}."
-            )
-        if input_ids.shape[0] == 0:
-            raise ValueError("input_ids is an empty batch (batch_size 0); pass at least one sentence.")
-        if input_ids.shape[-1] != width:
-            words = " and the word id" if self.config.word_embedding_dim else ""
-            raise ValueError(
-                f"input_ids has {input_ids.shape[-1]} ids per word, but this model reads {width} "
-                f"(max_characters_per_token={chars}{words}); tokenize with the tokenizer saved with the model."
-            )
-        if not check_values:
-            return
-        for name, ids, size in (
-            ("character", input_ids[..., :chars], self.config.char_vocab_size),
-            ("word", input_ids[..., chars:], self.config.word_embedding_vocab_size),
-        ):
-            if ids.numel():
-                low, high = int(ids.min()), int(ids.max())
-                if low < 0 or high >= size:
-                    raise ValueError(
-                        f"input_ids holds {name} ids outside 0..{size - 1} (found {low}..{high}); ELMo ids come from "
-                        "the tokenizer saved with the model."
-                    )
-        if attention_mask is not None:
-            if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
-                raise ValueError(
-                    f"attention_mask must have shape (batch_size, sequence_length) = {tuple(input_ids.shape[:2])}, "
-                    f"got {tuple(attention_mask.shape)}."
-                )
-            if (attention_mask.bool() & (input_ids == 0).all(-1)).any():
-                raise ValueError(
-                    "attention_mask marks a word whose character ids are all 0 (a padding row); padding rows must "
-                    "have attention_mask 0."
-                )
-
-    def _initial_lstm_state(self, lstm_state: LstmState | None, batch_size: int, like: torch.Tensor) -> LstmState:
-        """The state each row starts from: row i of `lstm_state` for row i, zeros for rows it does not have."""
-        shapes = (
-            (2 * self.config.num_layers, self.config.projection_dim),
-            (2 * self.config.num_layers, self.config.lstm_dim),
-        )
-        if lstm_state is None:
-            return tuple(like.new_zeros(rows, batch_size, dim) for rows, dim in shapes)
-        if not isinstance(lstm_state, (tuple, list)) or len(lstm_state) != 2:
-            raise TypeError("lstm_state must be the (h, c) pair of a previous output's lstm_state.")
-        state = []
-        for tensor, (rows, dim), name in zip(lstm_state, shapes, ("h", "c")):
-            if not isinstance(tensor, torch.Tensor) or tensor.dim() != 3 or (tensor.shape[0], tensor.shape[2]) != (
-                rows,
-                dim,
-            ):
-                shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-                raise ValueError(f"lstm_state {name} must have shape ({rows}, batch_size, {dim}), got {shape}.")
-            tensor = tensor[:, :batch_size].to(like)
-            missing = batch_size - tensor.shape[1]
-            if missing:
-                tensor = torch.cat([tensor, tensor.new_zeros(rows, missing, dim)], dim=1)
-            state.append(tensor)
-        return tuple(state)
-
     def _boundary_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor, packed: bool) -> torch.Tensor:
         """The token vectors of every sentence wrapped in `<S>`, `</S>`: `(batch_size, sequence_length + 2,
         projection_dim)`, zero beyond each row's length + 2. Rows must be right-padded (`mask`).
@@ -451,7 +372,8 @@ class ElmoModel(ElmoPreTrainedModel):
         lengths = mask.sum(1)
         boundaries = self.boundary_char_ids.to(input_ids)
         if packed:
-            distinct_ids, occurrences = torch.unique(torch.cat([boundaries, input_ids[mask]]), dim=0, return_inverse=True)
+            words = torch.cat([boundaries, input_ids[mask]])
+            distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
             embeddings = self.token_encoder(distinct_ids)[occurrences]
             tokens = embeddings.new_zeros(batch_size, sequence_length + 2, embeddings.shape[-1])
             tokens[:, 0] = embeddings[0]
@@ -483,7 +405,7 @@ class ElmoModel(ElmoPreTrainedModel):
         lengths = mask.sum(1)
         batch = SequenceBatch(lengths + 2, mask.shape[1] + 2, packed=not uses_padded_batches(self.config))
         tokens = self._boundary_tokens(input_ids, mask, batch.packed)
-        initial_state = self._initial_lstm_state(lstm_state, mask.shape[0], tokens)
+        initial_state = initial_lstm_state(self.config, lstm_state, mask.shape[0], tokens)
         layer_outputs, final_state = self.bilm(tokens, batch, initial_state)
         return [torch.cat([tokens, tokens], dim=-1)] + layer_outputs, final_state
 
@@ -512,16 +434,11 @@ class ElmoModel(ElmoPreTrainedModel):
                 Return the final LSTM state in `lstm_state`. Rows of the given `lstm_state` beyond this batch are
                 passed through unchanged, as the original implementations keep them.
         """
-        if input_ids is None:
-            raise ValueError(
-                "ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token)."
-            )
         padded = uses_padded_batches(self.config)
-        self._check_inputs(input_ids, attention_mask, check_values=not (padded and traced()))
+        check_model_inputs(self.config, input_ids, attention_mask, not (padded and traced()), model=self)
         input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         mask = word_mask(input_ids, attention_mask)
         batch_size, sequence_length = mask.shape
         # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
@@ -570,17 +487,7 @@ class ElmoScalarMix(nn.Module):
         l2_coefficient: float = 0.0,
     ):
         super().__init__()
-        if isinstance(num_representations, bool) or not isinstance(num_representations, int) or num_representations < 1:
-            raise ValueError(
-                f"ElmoScalarMix needs at least one layer to mix, got num_representations={num_representations!r}."
-            )
-        if layer_norm not in SCALAR_MIX_LAYER_NORMS:
-            raise ValueError(f"layer_norm must be one of {SCALAR_MIX_LAYER_NORMS}, got {layer_norm!r}.")
-        if fixed_weights is not None and len(fixed_weights) != num_representations:
-            raise ValueError(
-                f"fixed_weights has {len(fixed_weights)} values for {num_representations} layers; give one pre-softmax "
-                "scalar per layer."
-            )
+        check_mix_arguments(num_representations, layer_norm, fixed_weights)
         trainable = fixed_weights is None
         self.fixed_weights = fixed_weights
         self.scalar_parameters = nn.Parameter(torch.zeros(num_representations), requires_grad=trainable)
@@ -637,42 +544,12 @@ class ElmoScalarMix(nn.Module):
         variance = (((layer - mean) * keep) ** 2).sum() / count
         return (layer - mean) / torch.sqrt(variance + 1e-12)
 
-    def _check_inputs(self, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor | None):
-        """Raises a clear error for what the mix cannot use."""
-        if hidden_states is None or isinstance(hidden_states, ModelOutput):
-            raise TypeError(
-                "ElmoScalarMix takes the model's layers: call the model with output_hidden_states=True and pass "
-                "outputs.hidden_states."
-            )
-        if len(hidden_states) != self.scalar_parameters.shape[0]:
-            raise ValueError(
-                f"ElmoScalarMix mixes {self.scalar_parameters.shape[0]} layers, got {len(hidden_states)}."
-            )
-        shapes = {tuple(layer.shape) for layer in hidden_states}
-        if len(shapes) != 1:
-            raise ValueError(f"ElmoScalarMix mixes layers of one shape, got shapes {sorted(shapes)}.")
-        if mask is not None and tuple(mask.shape) != tuple(hidden_states[0].shape[:-1]):
-            raise ValueError(
-                f"mask must have the layers' shape without their last axis, {tuple(hidden_states[0].shape[:-1])} "
-                f"(batch_size, sequence_length), got {tuple(mask.shape)}."
-            )
-        if mask is None and self.layer_norm == "batch":
-            raise ValueError("layer_norm='batch' needs the word mask: pass the tokenizer's attention_mask as mask.")
-        trains = torch.is_grad_enabled() and (self.scalar_parameters.requires_grad or self.gamma.requires_grad)
-        if trains and any(layer.is_inference() for layer in hidden_states):
-            raise RuntimeError(
-                "ElmoScalarMix got layers computed under torch.inference_mode(), which cannot train its weights. "
-                "Compute them under torch.no_grad() instead (the biLM stays frozen), or also run the mix under "
-                "torch.inference_mode() if you only need its output; a fixed mix (ElmoScalarMix.top_layer, "
-                ".average, .from_weights) takes them anywhere."
-            )
-
     def forward(self, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor | None = None) -> torch.Tensor:
         """`num_representations` tensors `(batch_size, sequence_length, dim)` (`outputs.hidden_states`) and optionally
         the word mask `(batch_size, sequence_length)` (the tokenizer's `attention_mask`) -> `(batch_size,
         sequence_length, dim)`. With the mask, padding comes out zero; without it, padding stays as the layers have it
         (zero for `ElmoModel`'s outputs). `layer_norm="batch"` needs the mask."""
-        self._check_inputs(hidden_states, mask)
+        check_mix_inputs(self, hidden_states, mask)
         mixed = sum(
             weight * (self._normalise(layer, mask) if self.layer_norm else layer)
             for weight, layer in zip(self.weights(), hidden_states)
@@ -727,9 +604,15 @@ class ElmoTaskEncoder(nn.Module):
             for layer in range(self.lstm.num_layers):
                 directions = []
                 for direction_inputs, suffix in zip(batch.directions(inputs), ("", "_reverse")):
-                    weights = [getattr(self.lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "bias_ih")]
-                    weights += [getattr(self.lstm, f"{name}_l{layer}{suffix}") for name in ("weight_hh", "bias_hh")]
-                    linears = LstmLinears(_linear(*weights[:2]), _linear(*weights[2:]), None)
+                    weight_ih, bias_ih, weight_hh, bias_hh = (
+                        getattr(self.lstm, f"{name}_l{layer}{suffix}")
+                        for name in ("weight_ih", "bias_ih", "weight_hh", "bias_hh")
+                    )
+                    linears = LstmLinears(
+                        partial(nn.functional.linear, weight=weight_ih, bias=bias_ih),
+                        partial(nn.functional.linear, weight=weight_hh, bias=bias_hh),
+                        None,
+                    )
                     # two zero tensors: the scan's initial state may not alias
                     state = tuple(features.new_zeros(batch_size, self.lstm.hidden_size) for _ in range(2))
                     recurrence = choose_implementation(RECURRENCE_IMPLEMENTATIONS, self, False, direction_inputs)
@@ -737,11 +620,6 @@ class ElmoTaskEncoder(nn.Module):
                 inputs = batch.merge(*directions)
             outputs = inputs
         return words_first.restore(outputs) * mask.unsqueeze(-1).to(outputs.dtype)
-
-
-def _linear(weight: torch.Tensor, bias: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`inputs @ weight.T + bias` as a function (the `nn.LSTM`'s weights as a layer of `LstmLinears`)."""
-    return lambda inputs: nn.functional.linear(inputs, weight, bias)
 
 
 class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
@@ -828,28 +706,12 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         return penalty * labels.ne(-100).sum() / num_items_in_batch
 
     @staticmethod
-    def _check_labels_type(labels: torch.Tensor):
-        if not isinstance(labels, torch.Tensor):
-            raise TypeError(
-                f"labels must be a torch.Tensor, got {type(labels).__name__}; pass torch.tensor(labels) (the data "
-                "collators return tensors)."
-            )
-
-    @staticmethod
     def _loss_without_labelled_items(logits: torch.Tensor) -> torch.Tensor:
         """The loss of a batch without a labelled item (texts without words, or every label -100): zero, with zero
         gradients. The stock mean, or sum over `num_items_in_batch = 0`, is 0/0, and its NaN gradient would spoil
         every weight it reaches."""
         return logits.sum() * 0.0
 
-    def _check_label_ids(self, labels: torch.Tensor):
-        valid = (labels == -100) | ((labels >= 0) & (labels < self.config.num_labels))
-        if not bool(valid.all()):
-            bad = labels[~valid][0].item()
-            raise ValueError(
-                f"labels hold id {bad}, outside 0..{self.config.num_labels - 1} (num_labels={self.config.num_labels}) "
-                "and not -100 (ignored); set id2label/label2id (or num_labels) in the config to match your labels."
-            )
 
 
 class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
@@ -888,13 +750,13 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
         logits = self.classifier(features)
         loss = None
         if labels is not None:
-            self._check_labels_type(labels)
+            check_labels_type(labels)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(
                     f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
                     f"(-100 for padding), got {tuple(labels.shape)}."
                 )
-            self._check_label_ids(labels)
+            check_label_ids(labels, self.config.num_labels)
             loss = self.loss_function(logits, labels, self.config, **kwargs)
             loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
             if not bool(labels.ne(-100).any()):
@@ -944,7 +806,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
         logits = self.classifier(torch.cat([mean, maximum], dim=-1))
         loss = None
         if labels is not None:
-            self._check_sequence_labels(labels, batch_size=mask.shape[0])
+            check_sequence_labels(labels, mask.shape[0], self.config.num_labels)
             loss = self.loss_function(labels, logits, self.config, **kwargs)
             num_items_in_batch = kwargs.get("num_items_in_batch")
             if self.config.problem_type != "single_label_classification" and num_items_in_batch is not None:
@@ -956,25 +818,6 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 loss = self._loss_without_labelled_items(logits)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
-    def _check_sequence_labels(self, labels: torch.Tensor, batch_size: int):
-        self._check_labels_type(labels)
-        if labels.dim() == 0:
-            raise ValueError(
-                "labels is a 0-dim tensor; it needs a batch axis, shape (batch_size,) or (batch_size, num_labels), "
-                "e.g. torch.tensor([label]) for one sentence."
-            )
-        if labels.shape[0] != batch_size:
-            raise ValueError(f"labels has {labels.shape[0]} rows for a batch of {batch_size} sentences.")
-        if labels.dtype.is_floating_point:
-            if labels.dim() == 2 and labels.shape[1] != self.config.num_labels:
-                raise ValueError(
-                    f"multi-label labels must have shape (batch_size, num_labels={self.config.num_labels}), got "
-                    f"{tuple(labels.shape)}."
-                )
-            return
-        if labels.dim() != 1:
-            raise ValueError(f"class-id labels must have shape (batch_size,), got {tuple(labels.shape)}.")
-        self._check_label_ids(labels)
 
 
 @dataclass
@@ -1052,19 +895,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             *rest,
         )
 
-    def _log_uniform_sample(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """`softmax_num_samples` word ids drawn with replacement from the log-uniform (Zipf) distribution the original
-        samples from, which assumes ids sorted by falling frequency, and the log of each id's expected count."""
-        vocab_size, num_samples = self.config.word_vocab_size, self.config.softmax_num_samples
-        uniform = torch.rand(num_samples, device=device, dtype=torch.float64)
-        sampled = (torch.exp(uniform * math.log(vocab_size + 1)) - 1).long().clamp(max=vocab_size - 1)
-        return sampled, self._log_expected_count(sampled)
-
-    def _log_expected_count(self, ids: torch.Tensor) -> torch.Tensor:
-        """`log(softmax_num_samples * p(id))` for the log-uniform `p(id) = log((id + 2) / (id + 1)) / log(V + 1)`."""
-        ids = ids.double()
-        probability = torch.log((ids + 2) / (ids + 1)) / math.log(self.config.word_vocab_size + 1)
-        return torch.log(self.config.softmax_num_samples * probability).float()
+    @property
+    def _sampler(self) -> tuple[int, int]:
+        return self.config.word_vocab_size, self.config.softmax_num_samples
 
     def _negative_log_likelihoods(
         self, hidden: torch.Tensor, targets: torch.Tensor, sample: tuple[torch.Tensor, torch.Tensor] | None
@@ -1076,32 +909,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             return nn.functional.cross_entropy(self.softmax(hidden), targets, reduction="none")
         sampled, sampled_log_count = sample
         weight, bias = self.softmax.weight, self.softmax.bias
-        true_logits = (hidden * weight[targets]).sum(-1) + bias[targets] - self._log_expected_count(targets)
+        true_logits = (hidden * weight[targets]).sum(-1) + bias[targets] - log_expected_count(targets, *self._sampler)
         sampled_logits = hidden @ weight[sampled].T + bias[sampled] - sampled_log_count
         sampled_logits = sampled_logits.masked_fill(sampled.unsqueeze(0) == targets.unsqueeze(1), float("-inf"))
         logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1)
         return -torch.log_softmax(logits, dim=1)[:, 0]
-
-    def _check_labels(self, labels: torch.Tensor | None, backward_labels: torch.Tensor | None, mask: torch.Tensor):
-        expected = (mask.shape[0], mask.shape[1] + 1)
-        for name, value in (("labels", labels), ("backward_labels", backward_labels)):
-            if value is None:
-                raise ValueError(
-                    "ElmoForPreTraining needs both labels (forward targets) and backward_labels, or neither; "
-                    "DataCollatorForElmoPreTraining makes both."
-                )
-            if tuple(value.shape) != expected:
-                raise ValueError(
-                    f"{name} must have shape (batch_size, sequence_length + 1) = {expected}, got {tuple(value.shape)}."
-                )
-            valid = (value == -100) | ((value >= 0) & (value < self.config.word_vocab_size))
-            if not bool(valid.all()):
-                raise ValueError(
-                    f"{name} holds word id {int(value[~valid][0])}, outside 0..{self.config.word_vocab_size - 1} "
-                    "(word_vocab_size) and not -100; the vocabulary does not match this model's softmax."
-                )
-        if not bool(((labels == -100) == (backward_labels == -100)).all()):
-            raise ValueError("labels and backward_labels must mark the same positions -100.")
 
     @can_return_tuple
     def forward(
@@ -1130,16 +942,12 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 Predictions per direction over all batches of an optimizer step (Trainer passes it), so the loss is
                 their mean however the step is split into batches or processes.
         """
-        if input_ids is None:
-            raise ValueError("ElmoForPreTraining needs input_ids of shape (batch_size, sequence_length, characters).")
-        self.elmo._check_inputs(input_ids, attention_mask)
+        check_model_inputs(self.config, input_ids, attention_mask, model=self)
         input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same, as in ElmoModel
         mask = word_mask(input_ids, attention_mask)
-        if WordsFirst(mask, packed=True).order is not None:
-            raise ValueError("ElmoForPreTraining needs right-padded batches: every row's words first, then padding.")
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
+        check_right_padded(mask)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         layers, _ = self.elmo.boundary_layers(input_ids, mask)
         projection_dim = self.config.projection_dim
         forward_outputs = self.dropout(layers[-1][:, :-1, :projection_dim])
@@ -1151,11 +959,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 backward_logits=self.softmax(backward_outputs),
                 hidden_states=hidden_states,
             )
-        self._check_labels(labels, backward_labels, mask)
+        check_pretraining_labels(labels, backward_labels, mask, self.config.word_vocab_size)
         predicted = labels != -100
         sample = None
         if self.training and self.config.softmax_type == "sampled":
-            sample = self._log_uniform_sample(input_ids.device)
+            sample = log_uniform_sample(*self._sampler, input_ids.device)
         forward_nll = self._negative_log_likelihoods(forward_outputs[predicted], labels[predicted], sample)
         backward_nll = self._negative_log_likelihoods(backward_outputs[predicted], backward_labels[predicted], sample)
         num_predictions = predicted.sum()

@@ -17,12 +17,14 @@ batch of sentences they read.
 - The token layer, `token_layer(word_ids, layers, chunk_size)`: characters -> CNN -> highway -> projection.
 - The recurrence of one LSTM-with-projection direction over a batch,
   `lstm_recurrence(inputs, batch, initial_state, linears, cell_clip, projection_clip)`.
+- The pretraining's log-uniform word sampler (`log_uniform_sample`).
 
 Faster implementations of the same signatures (`cpu_kernels.py`, `training_kernels.py`, `export_kernels.py`) are
 listed beside these references in `kernels_elmo.py`, whose dispatcher chooses one per call. The references call the
 layers they are given (the modules pass their own submodules), so hooks, PEFT adapters and quantised layers take part.
 """
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -137,7 +139,8 @@ class WordsFirst:
         else:
             # Where each position goes: the words in order, then the padding in order.
             counts = mask.cumsum(1)
-            self.positions = torch.where(mask, counts - 1, lengths + torch.arange(mask.shape[1], device=mask.device) - counts)
+            padding_positions = lengths + torch.arange(mask.shape[1], device=mask.device) - counts
+            self.positions = torch.where(mask, counts - 1, padding_positions)
 
     def apply(self, tensor: torch.Tensor) -> torch.Tensor:
         """`(batch_size, sequence_length, ...)` -> each row's words first."""
@@ -312,6 +315,22 @@ def lstm_recurrence(
     return torch.cat(outputs), finished.final(state)
 
 
+def log_uniform_sample(vocab_size: int, num_samples: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pretraining's sampled softmax: `num_samples` word ids drawn with replacement from the log-uniform (Zipf)
+    distribution the original samples from, which assumes ids sorted by falling frequency, and the log of each id's
+    expected count (`log_expected_count`)."""
+    uniform = torch.rand(num_samples, device=device, dtype=torch.float64)
+    sampled = (torch.exp(uniform * math.log(vocab_size + 1)) - 1).long().clamp(max=vocab_size - 1)
+    return sampled, log_expected_count(sampled, vocab_size, num_samples)
+
+
+def log_expected_count(ids: torch.Tensor, vocab_size: int, num_samples: int) -> torch.Tensor:
+    """`log(num_samples * p(id))` for the log-uniform `p(id) = log((id + 2) / (id + 1)) / log(vocab_size + 1)`."""
+    ids = ids.double()
+    probability = torch.log((ids + 2) / (ids + 1)) / math.log(vocab_size + 1)
+    return torch.log(num_samples * probability).float()
+
+
 __all__ = [
     "FinishedRows",
     "KernelRequest",
@@ -320,6 +339,8 @@ __all__ = [
     "TokenLayers",
     "WordsFirst",
     "lstm_recurrence",
+    "log_expected_count",
+    "log_uniform_sample",
     "lstm_step",
     "masked_step",
     "token_layer",

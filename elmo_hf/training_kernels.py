@@ -24,9 +24,9 @@ one matrix product over all steps. Clipping is differentiated as autograd differ
 passes where the clamped value equals its input (inside the range, bounds included) and is zero elsewhere.
 
 The dispatcher of `kernels_elmo.py` takes it only where it computes the reference's gradients (stock layers without
-hooks or parametrizations, not traced) and `supports` says so: autograd recording, a packed batch, float32 or
-float64 on CPU, where it was measured to pay. It supports one backward pass (`once_differentiable`); `config.elmo_implementation = "eager"` runs the reference,
-for double backward.
+hooks or parametrizations, not traced) and `supports` says so: autograd recording, a packed batch, float32 or float64
+on CPU, where it was measured to pay. It supports one backward pass (`once_differentiable`);
+`config.elmo_implementation = "eager"` runs the reference, for double backward.
 """
 
 import torch
