@@ -41,6 +41,12 @@ def scan_recurrence(
     """The reference's padded recurrence (`reference_elmo.masked_step` of `lstm_step`, calling the same layers) as one
     `scan` over the steps: every row runs to the longest length, a finished row keeps its state."""
     gate_inputs = linears.input_to_gates(inputs)
+    # The clips as 0-dim tensors: `torch.compile(dynamic=True)` makes a float a symbolic one, which a scan cannot take
+    # from outside its body.
+    cell_clip, projection_clip = (
+        None if clip is None else torch.tensor(clip, dtype=inputs.dtype, device=inputs.device)
+        for clip in (cell_clip, projection_clip)
+    )
 
     def step(step_inputs, state):  # no annotations: torch.compile cannot evaluate subscripted ones
         return lstm_step(step_inputs, state, linears, cell_clip, projection_clip)
