@@ -154,9 +154,9 @@ def check_mix_inputs(mix: nn.Module, hidden_states: tuple[torch.Tensor, ...], ma
         raise ValueError(
             f"ElmoScalarMix mixes {mix.scalar_parameters.shape[0]} layers, got {len(hidden_states)}."
         )
-    shapes = {tuple(layer.shape) for layer in hidden_states}
-    if len(shapes) != 1:
-        raise ValueError(f"ElmoScalarMix mixes layers of one shape, got shapes {sorted(shapes)}.")
+    shapes = [tuple(layer.shape) for layer in hidden_states]
+    if any(shape != shapes[0] for shape in shapes):
+        raise ValueError(f"ElmoScalarMix mixes layers of one shape, got shapes {shapes}.")
     if mask is not None and tuple(mask.shape) != tuple(hidden_states[0].shape[:-1]):
         raise ValueError(
             f"mask must have the layers' shape without their last axis, {tuple(hidden_states[0].shape[:-1])} "

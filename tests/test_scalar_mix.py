@@ -201,7 +201,7 @@ def test_fixed_weights_of_the_wrong_length_are_refused():
 
 def test_layers_of_different_shapes_are_refused():
     layers = [torch.zeros(2, 4, 6), torch.zeros(2, 4, 6), torch.zeros(2, 4, 1)]
-    with pytest.raises(ValueError, match=r"layers of one shape, got shapes \[\(2, 4, 1\), \(2, 4, 6\)\]"):
+    with pytest.raises(ValueError, match=r"layers of one shape, got shapes \[\(2, 4, 6\), \(2, 4, 6\), \(2, 4, 1\)\]"):
         ElmoScalarMix(3)(layers)
 
 
