@@ -368,12 +368,8 @@ def encode_words(word_ids: torch.Tensor, layers: TokenLayers, chunk_size: int | 
 
 
 def lstm_with_projection(
-    inputs: torch.Tensor,
-    batch: SequenceBatch,
-    initial_state: LstmState,
-    linears: LstmLinears,
-    cell_clip: float | None,
-    projection_clip: float | None,
+    inputs: torch.Tensor, batch: SequenceBatch, initial_state: LstmState, linears: LstmLinears,
+    cell_clip: float | None, projection_clip: float | None,
 ) -> tuple[torch.Tensor, LstmState]:
     """`reference_elmo.lstm_recurrence` (same arguments and results) over a packed batch.
 

@@ -31,12 +31,8 @@ def supports(request: KernelRequest) -> bool:
 
 
 def scan_recurrence(
-    inputs: torch.Tensor,
-    batch: SequenceBatch,
-    initial_state: LstmState,
-    linears: LstmLinears,
-    cell_clip: float | None,
-    projection_clip: float | None,
+    inputs: torch.Tensor, batch: SequenceBatch, initial_state: LstmState, linears: LstmLinears,
+    cell_clip: float | None, projection_clip: float | None,
 ) -> tuple[torch.Tensor, LstmState]:
     """The reference's padded recurrence (`reference_elmo.masked_step` of `lstm_step`, calling the same layers) as one
     `scan` over the steps: every row runs to the longest length, a finished row keeps its state."""

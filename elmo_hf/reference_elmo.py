@@ -274,12 +274,8 @@ class FinishedRows:
 
 
 def lstm_recurrence(
-    inputs: torch.Tensor,
-    batch: SequenceBatch,
-    initial_state: LstmState,
-    linears: LstmLinears,
-    cell_clip: float | None,
-    projection_clip: float | None,
+    inputs: torch.Tensor, batch: SequenceBatch, initial_state: LstmState, linears: LstmLinears,
+    cell_clip: float | None, projection_clip: float | None,
 ) -> tuple[torch.Tensor, LstmState]:
     """The reference recurrence: one LSTM direction (`lstm_step`) over a batch, state in and state out.
 

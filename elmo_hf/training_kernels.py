@@ -213,12 +213,8 @@ class LstmWithProjectionFunction(torch.autograd.Function):
 
 
 def fused_lstm_with_projection(
-    inputs: torch.Tensor,
-    batch: SequenceBatch,
-    initial_state: LstmState,
-    linears: LstmLinears,
-    cell_clip: float | None,
-    projection_clip: float | None,
+    inputs: torch.Tensor, batch: SequenceBatch, initial_state: LstmState, linears: LstmLinears,
+    cell_clip: float | None, projection_clip: float | None,
 ) -> tuple[torch.Tensor, LstmState]:
     """`reference_elmo.lstm_recurrence` (same arguments and results) as `LstmWithProjectionFunction`, on the weights
     of the stock `nn.Linear` layers in `linears`."""
