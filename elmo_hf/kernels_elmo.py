@@ -28,7 +28,8 @@ faster implementation:
    autograd recording, layout): capability first, so a kernel runs only where this machine can run it, and the
    answer depends on nothing but the call and the machine, the same in every process.
 
-A new kernel (a GPU one, say) is one more entry in a table, with its own `supports`.
+A new kernel (a GPU one, say) is one more entry in a table, with its own `supports`. (Imports name what they take,
+`from .file import name`: `transformers` copies a saved folder's remote code by following imports of that form.)
 """
 
 from collections.abc import Callable, Iterable
@@ -38,8 +39,13 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from . import cpu_kernels, export_kernels, training_kernels
+from .cpu_kernels import encode_words, lstm_with_projection
+from .cpu_kernels import supports as cpu_supports
+from .export_kernels import scan_recurrence
+from .export_kernels import supports as scan_supports
 from .reference_elmo import KernelRequest, lstm_recurrence, token_layer
+from .training_kernels import fused_lstm_with_projection
+from .training_kernels import supports as training_supports
 
 
 @dataclass(frozen=True)
@@ -56,13 +62,13 @@ def _always(request: KernelRequest) -> bool:
 
 # In order of preference; the reference last, supporting every call.
 RECURRENCE_IMPLEMENTATIONS: dict[str, Implementation] = {
-    "cpu": Implementation(cpu_kernels.lstm_with_projection, cpu_kernels.supports),
-    "training": Implementation(training_kernels.fused_lstm_with_projection, training_kernels.supports),
-    "scan": Implementation(export_kernels.scan_recurrence, export_kernels.supports),
+    "cpu": Implementation(lstm_with_projection, cpu_supports),
+    "training": Implementation(fused_lstm_with_projection, training_supports),
+    "scan": Implementation(scan_recurrence, scan_supports),
     "reference": Implementation(lstm_recurrence, _always),
 }
 TOKEN_LAYER_IMPLEMENTATIONS: dict[str, Implementation] = {
-    "cpu": Implementation(cpu_kernels.encode_words, cpu_kernels.supports),
+    "cpu": Implementation(encode_words, cpu_supports),
     "reference": Implementation(token_layer, _always),
 }
 
