@@ -31,6 +31,7 @@ to the snapshot: no cache can go stale, whatever changed the weight (`.data` edi
 reordering (2-3 ms against 15-70 ms for the original architecture's 32 MiB hidden-to-gate weight on a 2-vCPU EPYC).
 """
 
+import functools
 import math
 import time
 import weakref
@@ -61,9 +62,11 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+@functools.cache
 def bfloat16_supported() -> bool:
     """Whether this CPU computes bfloat16 products natively (AVX-512 BF16 or AMX), as torch reports it; without, oneDNN
-    may refuse a bfloat16 product ("could not create a primitive descriptor"). The same answer in every process."""
+    may refuse a bfloat16 product ("could not create a primitive descriptor"). The same answer in every process; asked
+    once (torch's probe takes about 0.2 ms)."""
     capabilities = torch.cpu.get_capabilities()
     native = capabilities.get("avx512_bf16", False) or capabilities.get("amx_bf16", False)
     return native and torch.ops.mkldnn._is_mkldnn_bf16_supported()
