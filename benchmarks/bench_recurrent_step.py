@@ -8,7 +8,7 @@ ELMo, run once per time step, layer and direction; everything else is a few larg
 step with random weights of a published architecture, without autograd, for each way of running it:
 - CPU kernel: `elmo_hf.cpu_kernels.lstm_step` as `ElmoModel` runs it, each product by the kernel timed fastest for
   its row count, on weights reordered into oneDNN's layout where that pays over 100 steps;
-- reference: the module's own `ElmoLstmCellWithProjection.step` (its `nn.Linear` layers, aten's products);
+- reference: `reference_elmo.lstm_step` on the cell's own `nn.Linear` layers (aten's products);
 - TorchScript cell update: the CPU kernel with `lstm_cell_update` (the element-wise part) compiled by
   `torch.jit.script`;
 - torch.compile cell update: the same compiled by Inductor (its C++ backend fuses the element-wise ops);
@@ -34,6 +34,7 @@ from bench_inference import ARCHITECTURES
 
 from elmo_hf import ElmoConfig, ElmoModel, cpu_kernels
 from elmo_hf.cpu_kernels import RecurrentLinear, ReorderTimings
+from elmo_hf.reference_elmo import LstmLinears, lstm_step
 
 
 def main() -> int:
@@ -55,7 +56,7 @@ def main() -> int:
         def step(gate_inputs, state, products):
             saved, cpu_kernels.lstm_cell_update = cpu_kernels.lstm_cell_update, update
             try:
-                return cpu_kernels.lstm_step(gate_inputs, state, *products, cell)
+                return cpu_kernels.lstm_step(gate_inputs, state, *products, cell.cell_clip, cell.projection_clip)
             finally:
                 cpu_kernels.lstm_cell_update = saved
 
@@ -76,16 +77,23 @@ def main() -> int:
                 RecurrentLinear(cell.projection, row_counts=[rows] * 100),
             )
             bias = cell.hidden_to_gates.bias
+            linears = LstmLinears(cell.input_to_gates, cell.hidden_to_gates, cell.projection)
+
+            def reference_step(x, state):
+                return lstm_step(x, state, linears, cell.cell_clip, cell.projection_clip)
+
             variants = {
-                "CPU kernel (elmo_hf)": lambda x, state: cpu_kernels.lstm_step(x + bias, state, *products, cell),
-                "reference (module step)": cell.step,
+                "CPU kernel (elmo_hf)": lambda x, state: cpu_kernels.lstm_step(
+                    x + bias, state, *products, cell.cell_clip, cell.projection_clip
+                ),
+                "reference (module step)": reference_step,
                 "TorchScript cell update": lambda x, state, step=with_cell_update(
                     torch.jit.script(cpu_kernels.lstm_cell_update)
                 ): step(x + bias, state, products),
                 "torch.compile cell update": lambda x, state, step=with_cell_update(
                     torch.compile(cpu_kernels.lstm_cell_update, dynamic=False)
                 ): step(x + bias, state, products),
-                "torch.compile step": torch.compile(cell.step, dynamic=False),
+                "torch.compile step": torch.compile(reference_step, dynamic=False),
             }
             gate_inputs = torch.randn(rows, 4 * config.lstm_dim)
             state = (torch.randn(rows, config.projection_dim) * 0.1, torch.randn(rows, config.lstm_dim))

@@ -11,11 +11,12 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""CPU inference kernels for `modeling_elmo`: the same computation as its modules, with faster matrix products.
+"""CPU inference kernels: implementations of `reference_elmo`'s token layer and recurrence (same signatures, same
+results) with faster matrix products, listed in `kernels_elmo.py`'s tables.
 
-`modeling_elmo` is the reference: every module calls its own submodules. Where `kernels_apply` says the result cannot
-differ (CPU, no autograd recording, float32 or bfloat16, the stock module types with no hooks), its dispatcher runs
-these functions instead, which read the same weights and:
+The dispatcher of `kernels_elmo.py` takes them only where the result cannot differ from the reference (stock layers
+without hooks, no autograd recording, no tracing) and `supports` says this CPU runs them: float32, or bfloat16 where
+the CPU has AVX-512 BF16 or AMX (elsewhere oneDNN may refuse bfloat16 products). They read the same weights and:
 - run every matrix product through oneDNN, the library `torch.compile` uses for CPU linear layers, with the bias (and
   the addend of the recurrence) fused into the product; for the few-row products of the recurrence, on a copy of the
   weight reordered into oneDNN's blocked layout where timing on the CPU at hand says it pays (`RecurrentLinear`);
@@ -30,6 +31,7 @@ to the snapshot: no cache can go stale, whatever changed the weight (`.data` edi
 reordering (2-3 ms against 15-70 ms for the original architecture's 32 MiB hidden-to-gate weight on a 2-vCPU EPYC).
 """
 
+import functools
 import math
 import time
 import weakref
@@ -38,66 +40,46 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.nn.utils import parametrize
 
-LstmState = tuple[torch.Tensor, torch.Tensor]
+from .reference_elmo import (
+    FinishedRows,
+    KernelRequest,
+    LstmLinears,
+    LstmState,
+    SequenceBatch,
+    TokenLayers,
+    with_word_embeddings,
+)
 
 # Rows of input-to-gate products computed at once in `lstm_with_projection`: large enough for an efficient matrix
 # product, small enough that memory stays bounded for any sequence length ((rows, 4 * lstm_dim) floats at a time).
 # At 256 rows the original architecture's block is 16 MiB, below the 32 MiB up to which the C allocator reuses freed
 # memory instead of mapping fresh pages for every block.
 GATE_INPUT_BLOCK_ROWS = 256
-KERNEL_DTYPES = (torch.float32, torch.bfloat16)
-_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks")
-_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
 def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def kernels_apply(
-    module: nn.Module,
-    tensors: tuple[torch.Tensor, ...],
-    module_types: tuple[type, ...],
-    dtypes: tuple[torch.dtype, ...] = KERNEL_DTYPES,
-    recording: bool = False,
-) -> bool:
-    """Whether the kernel of `module` computes exactly what its forward computes, for these input tensors.
+@functools.cache
+def bfloat16_supported() -> bool:
+    """Whether this CPU computes bfloat16 products natively (AVX-512 BF16 or AMX), as torch reports it; without, oneDNN
+    may refuse a bfloat16 product ("could not create a primitive descriptor"). The same answer in every process; asked
+    once (torch's probe takes about 0.2 ms)."""
+    capabilities = torch.cpu.get_capabilities()
+    native = capabilities.get("avx512_bf16", False) or capabilities.get("amx_bf16", False)
+    return native and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
-    True only for CPU tensors and parameters of one dtype (one of `dtypes`), plain `torch.Tensor` or `nn.Parameter`
-    (not a subclass such as a quantised weight), where autograd records (a tensor or parameter requires a gradient)
-    if and only if `recording` (the inference kernels here: not recording; the training kernel of
-    `training_kernels.py`: recording), outside `torch.compile`, `torch.export`, TorchScript tracing, `torch.func`
-    transforms, CPU autocast and torch function or dispatch modes, where every submodule is exactly one of
-    `module_types` (so nothing replaced or wrapped a layer), none is parametrized and no forward or backward hook (of
-    the module or global) would be skipped. The inference kernels also need oneDNN.
-    """
-    if torch.compiler.is_compiling() or torch.compiler.is_exporting() or not (recording or onednn_available()):
+
+def supports(request: KernelRequest) -> bool:
+    """The kernels' capability: inference (no autograd recording, not traced) on a packed batch, on a CPU with oneDNN,
+    in float32, or in bfloat16 where `bfloat16_supported`."""
+    if request.device.type != "cpu" or request.recording or request.traced or not request.packed:
         return False
-    if torch.jit.is_tracing() or torch.jit.is_scripting() or torch._C._functorch.peek_interpreter_stack() is not None:
-        return False
-    if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
-        return False
-    if torch.is_autocast_enabled("cpu"):  # the modules' products would run in the autocast dtype
-        return False
-    if any(getattr(nn.modules.module, name) for name in _GLOBAL_HOOKS):
-        return False
-    for submodule in module.modules():
-        if type(submodule) not in module_types or parametrize.is_parametrized(submodule):
-            return False
-        if any(getattr(submodule, name) for name in _MODULE_HOOKS):
-            return False
-    dtype = next(module.parameters()).dtype
-    tensors = (*tensors, *module.parameters())
-    records = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tensors)
-    return dtype in dtypes and records == recording and all(
-        type(tensor) in (torch.Tensor, nn.Parameter)
-        and tensor.device.type == "cpu"
-        and tensor.layout == torch.strided
-        and (tensor.dtype == dtype or not tensor.is_floating_point())
-        for tensor in tensors
-    )
+    if request.dtype == torch.bfloat16:
+        return bfloat16_supported() and onednn_available()
+    return request.dtype == torch.float32 and onednn_available()
 
 
 def row_bucket(rows: int) -> int:
@@ -353,54 +335,56 @@ class RecurrentLinear:
         return recurrent_product(inputs, weight, add)
 
 
-def encode_words(encoder: nn.Module, word_ids: torch.Tensor) -> torch.Tensor:
-    """`ElmoCharacterEncoder`'s computation: `(num_words, row_width)` ids (characters, then the word id if any) ->
-    `(num_words, projection_dim)`, on chunks of `encoder.chunk_size` words.
+def encode_words(word_ids: torch.Tensor, layers: TokenLayers, chunk_size: int | None) -> torch.Tensor:
+    """`reference_elmo.token_layer` (same arguments and result): `(num_words, row_width)` ids -> `(num_words,
+    projection_dim)`, computed from the leaf layers.
 
     Each convolution is one matrix product over all windows of all words of a chunk (faster on CPU than the direct
     convolution): window `k` of a word holds characters `k .. k + width - 1`, flattened as the `Conv1d` weight
     `(num_filters, char_embedding_dim, width)` is.
     """
-    cnn = encoder.char_cnn
-    convolutions = [CpuLinear(conv.weight.reshape(conv.out_channels, -1), conv.bias) for conv in cnn.convolutions]
-    highway = [
-        (CpuLinear(layer.gate.weight, layer.gate.bias), CpuLinear(layer.transform.weight, layer.transform.bias))
-        for layer in encoder.highway.layers
+    convolutions = [
+        (conv.kernel_size[0], CpuLinear(conv.weight.reshape(conv.out_channels, -1), conv.bias))
+        for conv in layers.convolutions
     ]
-    projection = CpuLinear(encoder.projection.weight, encoder.projection.bias)
+    highway = [
+        (CpuLinear(gate.weight, gate.bias), CpuLinear(transform.weight, transform.bias))
+        for transform, gate in layers.highway_layers
+    ]
+    projection = CpuLinear(layers.projection.weight, layers.projection.bias)
+    activation = torch.relu if layers.activation == "relu" else torch.tanh
     chunks = []
-    for chunk in word_ids.split(encoder.chunk_size):
-        embedded = encoder.char_embeddings(chunk[:, : encoder.config.max_characters_per_token])
+    for chunk in (word_ids,) if chunk_size is None else word_ids.split(chunk_size):
+        embedded = layers.char_embeddings(chunk[:, : layers.max_characters])
         num_words, chars, dim = embedded.shape
         pooled = []
-        for conv, product in zip(cnn.convolutions, convolutions):
-            width = conv.kernel_size[0]
+        for width, product in convolutions:
             # (num_words * (chars - width + 1), dim * width): every window of every word
             windows = embedded.unfold(1, width, 1).reshape(-1, dim * width)
             pooled.append(product(windows).view(num_words, chars - width + 1, -1).amax(dim=1))
-        features = cnn.activation(torch.cat(pooled, dim=-1))
+        features = activation(torch.cat(pooled, dim=-1))
         for gate_product, transform_product in highway:
             gate = torch.sigmoid(gate_product(features))
             features = gate * torch.relu(transform_product(features)) + (1 - gate) * features
-        chunks.append(projection(encoder.with_word_embeddings(features, chunk)))
+        chunks.append(projection(with_word_embeddings(features, chunk, layers.word_embeddings, layers.max_characters)))
     return torch.cat(chunks)
 
 
 def lstm_with_projection(
-    cell: nn.Module, inputs: torch.Tensor, batch_sizes: list[int], initial_state: LstmState
+    inputs: torch.Tensor, batch: SequenceBatch, initial_state: LstmState, linears: LstmLinears,
+    cell_clip: float | None, projection_clip: float | None,
 ) -> tuple[torch.Tensor, LstmState]:
-    """`ElmoLstmCellWithProjection`'s computation (same arguments and results as its forward) over a packed,
-    length-sorted batch.
+    """`reference_elmo.lstm_recurrence` (same arguments and results) over a packed batch.
 
     The input-to-gate products of blocks of steps (about `GATE_INPUT_BLOCK_ROWS` rows) are one product each, with the
     gate bias added there; the recurrent products use reordered weights where that pays (`RecurrentLinear`).
     """
-    input_to_gates = CpuLinear(cell.input_to_gates.weight, cell.hidden_to_gates.bias)
-    hidden_to_gates = RecurrentLinear(cell.hidden_to_gates, batch_sizes)
-    projection = RecurrentLinear(cell.projection, batch_sizes)
-    hidden, memory = initial_state
-    outputs = inputs.new_empty(inputs.shape[0], cell.projection.weight.shape[0])
-    finished_hidden, finished_memory = [], []
+    batch_sizes = batch.batch_sizes
+    input_to_gates = CpuLinear(linears.input_to_gates.weight, linears.hidden_to_gates.bias)
+    hidden_to_gates = RecurrentLinear(linears.hidden_to_gates, batch_sizes)
+    projection = RecurrentLinear(linears.projection, batch_sizes)
+    state, finished = initial_state, FinishedRows()
+    outputs = inputs.new_empty(inputs.shape[0], linears.projection.weight.shape[0])
     block_start = block_end = 0
     position = 0
     for step, active in enumerate(batch_sizes):
@@ -412,18 +396,12 @@ def lstm_with_projection(
                     break
                 block_end += next_active
             gate_inputs = input_to_gates(inputs[block_start:block_end])
-        if active < hidden.shape[0]:
-            finished_hidden.append(hidden[active:])
-            finished_memory.append(memory[active:])
-            hidden, memory = hidden[:active], memory[:active]
         step_gate_inputs = gate_inputs[position - block_start : position - block_start + active]
-        hidden, memory = lstm_step(step_gate_inputs, (hidden, memory), hidden_to_gates, projection, cell)
-        outputs[position : position + active] = hidden
+        state = finished.running(state, active)
+        state = lstm_step(step_gate_inputs, state, hidden_to_gates, projection, cell_clip, projection_clip)
+        outputs[position : position + active] = state[0]
         position += active
-    finished_hidden.append(hidden)
-    finished_memory.append(memory)
-    # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
-    return outputs, (torch.cat(finished_hidden[::-1]), torch.cat(finished_memory[::-1]))
+    return outputs, finished.final(state)
 
 
 def lstm_step(
@@ -431,15 +409,16 @@ def lstm_step(
     state: LstmState,
     hidden_to_gates: RecurrentLinear,
     projection: RecurrentLinear,
-    cell: nn.Module,
+    cell_clip: float | None,
+    projection_clip: float | None,
 ) -> LstmState:
-    """`ElmoLstmCellWithProjection.step`: `(rows, 4 * lstm_dim)` input-to-gate products (bias included) and the state
-    `(h, c)`, `(rows, projection_dim)` and `(rows, lstm_dim)` -> the new state; the products are the cell's."""
+    """`reference_elmo.lstm_step`: `(rows, 4 * lstm_dim)` input-to-gate products (bias included) and the state
+    `(h, c)`, `(rows, projection_dim)` and `(rows, lstm_dim)` -> the new state."""
     hidden, memory = state
-    memory, unprojected = lstm_cell_update(hidden_to_gates(hidden, add=gate_inputs), memory, cell.cell_clip)
+    memory, unprojected = lstm_cell_update(hidden_to_gates(hidden, add=gate_inputs), memory, cell_clip)
     hidden = projection(unprojected)
-    if cell.projection_clip is not None:
-        hidden = hidden.clamp(-cell.projection_clip, cell.projection_clip)
+    if projection_clip is not None:
+        hidden = hidden.clamp(-projection_clip, projection_clip)
     return hidden, memory
 
 
@@ -471,7 +450,8 @@ __all__ = [
     "RecurrentLinear",
     "ReorderTimings",
     "ReorderedWeights",
+    "bfloat16_supported",
     "encode_words",
-    "kernels_apply",
     "lstm_with_projection",
+    "supports",
 ]

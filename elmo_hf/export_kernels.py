@@ -11,56 +11,47 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The export path's recurrence (`ElmoModel` with `elmo_implementation="export"`, or under `torch.export`).
+"""The export path's recurrence: `reference_elmo.lstm_recurrence` (same signature, same results) over a padded batch
+as a `scan`, listed in `kernels_elmo.py`'s table and taken while `torch.export` or `torch.compile` traces.
 
-It lives beside `modeling_elmo.py`, like `cpu_kernels.py`, because it needs torch's `scan` higher-order op, which
-torch 2.13 offers only as a private prototype (`torch._higher_order_ops.scan`); the parity tests in
-`tests/test_onnx_export.py` guard it.
+It needs torch's `scan` higher-order op, which torch 2.13 offers only as a private prototype
+(`torch._higher_order_ops.scan`); the parity tests in `tests/test_onnx_export.py` guard it. The loop is an ONNX `Scan`:
+no host synchronisation and no shape taken from data, so the graph takes any batch size and length.
 """
-
-from collections.abc import Callable
 
 import torch
 from torch._higher_order_ops.scan import scan
 
+from .reference_elmo import KernelRequest, LstmLinears, LstmState, SequenceBatch, lstm_step, masked_step
 
-def masked_recurrence(
-    step: Callable[[torch.Tensor, tuple[torch.Tensor, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]],
-    inputs: torch.Tensor,
-    mask: torch.Tensor,
-    initial_state: tuple[torch.Tensor, torch.Tensor],
-) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Runs one LSTM direction over a padded batch: every row runs to the longest length, a finished row keeps its
-    state. The export path's recurrence: no host synchronisation and no shape taken from data, so it exports with
-    dynamic batch and length; it spends work on padding, where `lstm_with_projection` does not.
 
-    Under `torch.export` and `torch.compile` the loop is `torch._higher_order_ops.scan` (an ONNX `Scan`; a
-    prototype in torch 2.13, guarded by the export parity tests), in plain eager mode a Python loop (faster there).
+def supports(request: KernelRequest) -> bool:
+    """A padded batch while `torch.export` or `torch.compile` traces (in eager mode the reference's loop is faster)."""
+    return request.traced and not request.packed
 
-    Args:
-        step: one time step, `(step_inputs, (h, c)) -> (h, c)` (`ElmoLstmCellWithProjection.step`, whose inputs are
-            the input-to-gate products).
-        inputs: `(steps, batch_size, features)` what `step` reads at each step, time-major, in this direction's order.
-        mask: `(steps, batch_size, 1)` bool, true where the row has a token at that step.
-        initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`.
 
-    Returns:
-        The outputs `(steps, batch_size, projection_dim)`, zero where `mask` is false, and each row's final `(h, c)`
-        (the state after its own last step).
-    """
+def scan_recurrence(
+    inputs: torch.Tensor, batch: SequenceBatch, initial_state: LstmState, linears: LstmLinears,
+    cell_clip: float | None, projection_clip: float | None,
+) -> tuple[torch.Tensor, LstmState]:
+    """The reference's padded recurrence (`reference_elmo.masked_step` of `lstm_step`, calling the same layers) as one
+    `scan` over the steps: every row runs to the longest length, a finished row keeps its state."""
+    gate_inputs = linears.input_to_gates(inputs)
+    # The clips as 0-dim tensors: `torch.compile(dynamic=True)` makes a float a symbolic one, which a scan cannot take
+    # from outside its body.
+    cell_clip, projection_clip = (
+        None if clip is None else torch.tensor(clip, dtype=inputs.dtype, device=inputs.device)
+        for clip in (cell_clip, projection_clip)
+    )
 
-    def masked_step(state, step_inputs_and_mask):  # no annotations: torch.compile cannot evaluate subscripted ones
-        """`((h, c), (step_inputs, running))` -> the next state (unchanged where not running) and the output."""
-        step_inputs, running = step_inputs_and_mask
-        hidden, cell = step(step_inputs, state)
-        state = (torch.where(running, hidden, state[0]), torch.where(running, cell, state[1]))
-        return state, hidden * running
+    def step(step_inputs, state):  # no annotations: torch.compile cannot evaluate subscripted ones
+        return lstm_step(step_inputs, state, linears, cell_clip, projection_clip)
 
-    if torch.compiler.is_exporting() or torch.compiler.is_compiling():
-        final_state, outputs = scan(masked_step, initial_state, (inputs, mask))
-        return outputs, final_state
-    state, outputs = initial_state, []
-    for step_inputs_and_mask in zip(inputs, mask):
-        state, output = masked_step(state, step_inputs_and_mask)
-        outputs.append(output)
-    return torch.stack(outputs), state
+    def scanned_step(state, step_inputs_and_mask):
+        return masked_step(step, state, step_inputs_and_mask)
+
+    final_state, outputs = scan(scanned_step, initial_state, (gate_inputs, batch.mask))
+    return outputs, final_state
+
+
+__all__ = ["scan_recurrence", "supports"]

@@ -17,20 +17,20 @@ Paper: "Deep contextualized word representations", Peters et al. 2018 (https://a
 Original implementations: allenai/bilm-tf (TensorFlow) and allenai/allennlp (PyTorch), Apache-2.0. How they compute
 is described in this repository's docs/original_computation.md.
 
-Every module computes what the paper says with its own submodules; on CPU without autograd, the token layer and the
-LSTM cells may instead run the faster kernels of `cpu_kernels.py`, which compute the same thing (see
-`use_cpu_kernels`), and on CPU while autograd records, the LSTM cells run the autograd function of
-`training_kernels.py`, the same forward with a backward of its own (see `use_training_kernel`). Under `torch.export`
-(or with `config.elmo_implementation = "export"`) the model runs its export path instead, which has no host
-synchronisation and no shape taken from data (see `use_export_path`).
+Every module computes what the paper says with its own submodules. The token layer and the LSTM recurrence are pure
+functions with a readable reference (`reference_elmo.py`) and faster implementations of the same signature (CPU
+inference kernels, a training autograd function, the export path's `scan`), listed in `kernels_elmo.py`, whose one
+dispatcher picks the implementation for each call; `config.elmo_implementation = "eager"` always runs the reference.
+A batch runs packed (no work on padding) or, under `torch.export` or with `elmo_implementation = "export"`, padded
+with a mask (no host synchronisation, dynamic shapes): `reference_elmo.SequenceBatch`.
 
 Dimension names used in the docstrings: `batch_size`, `sequence_length` (words), `max_characters_per_token`,
 `projection_dim`, `lstm_dim`; `sequence_length + 2` counts the sentence boundaries `<S>` and `</S>`.
 """
 
-import math
 import os
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -40,45 +40,37 @@ from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput,
 from transformers.utils.generic import can_return_tuple
 from transformers.utils import logging
 
-from .cpu_kernels import encode_words, kernels_apply, lstm_with_projection
-from .export_kernels import masked_recurrence
+from .checks_elmo import (
+    check_label_ids,
+    check_labels_type,
+    check_mix_arguments,
+    check_mix_inputs,
+    check_model_inputs,
+    check_pretraining_labels,
+    check_right_padded,
+    check_sequence_labels,
+    initial_lstm_state,
+)
 from .configuration_elmo import ElmoConfig
+from .kernels_elmo import (
+    RECURRENCE_IMPLEMENTATIONS,
+    TOKEN_LAYER_IMPLEMENTATIONS,
+    choose_implementation,
+    traced,
+    uses_padded_batches,
+)
 from .packaged_elmo import resolve_model_name
+from .reference_elmo import (
+    LstmLinears,
+    LstmState,
+    SequenceBatch,
+    TokenLayers,
+    WordsFirst,
+    log_expected_count,
+    log_uniform_sample,
+    word_mask,
+)
 from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
-from .training_kernels import TRAINING_KERNEL_DTYPES, fused_lstm_with_projection
-
-LstmState = tuple[torch.Tensor, torch.Tensor]
-
-
-def use_cpu_kernels(module: nn.Module, *inputs: torch.Tensor) -> bool:
-    """The dispatcher: whether `module` (the token layer or an LSTM cell) runs its kernel from `cpu_kernels.py`.
-
-    Only where the kernel provably computes what the module's own forward computes: `config.elmo_implementation` is
-    `"auto"`, the tensors are on CPU in float32 or bfloat16, autograd records nothing, no compiler or tracer is
-    running, and every submodule is the stock class (nothing replaced or wrapped a layer: PEFT adapters, quantised
-    or pruned layers) with no hooks. Anything else runs the reference computation below.
-    """
-    if module.config.elmo_implementation != "auto":
-        return False
-    return kernels_apply(module, inputs, CPU_KERNEL_MODULE_TYPES[type(module)])
-
-
-def use_training_kernel(cell: nn.Module, *inputs: torch.Tensor) -> bool:
-    """The dispatcher for training: whether the LSTM cell `cell` runs `fused_lstm_with_projection` from
-    `training_kernels.py` (one autograd node per call, its own backward) instead of recording every step.
-
-    As `use_cpu_kernels`, but where autograd records, in float32 or float64 (the kernel's gradients are the
-    reference's: tested against autograd and with `gradcheck`).
-    """
-    if cell.config.elmo_implementation != "auto":
-        return False
-    return kernels_apply(cell, inputs, CPU_KERNEL_MODULE_TYPES[type(cell)], TRAINING_KERNEL_DTYPES, recording=True)
-
-
-def use_export_path(config: ElmoConfig) -> bool:
-    """Whether the model runs its export path: under `torch.export` (and so `torch.onnx.export(..., dynamo=True)`),
-    or when `config.elmo_implementation == "export"` (e.g. for `torch.compile(fullgraph=True)`)."""
-    return torch.compiler.is_exporting() or config.elmo_implementation == "export"
 
 
 class ElmoCharCnn(nn.Module):
@@ -155,23 +147,15 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, word_ids: torch.Tensor) -> torch.Tensor:
         """`(num_words, row_width)` ids (characters, then the word id if any) -> `(num_words, projection_dim)`."""
-        if use_cpu_kernels(self, word_ids):
-            return encode_words(self, word_ids)
-        # The export path takes all words at once: a number of chunks would depend on the data.
-        chunks = (word_ids,) if use_export_path(self.config) else word_ids.split(self.chunk_size)
-        chars = self.config.max_characters_per_token
-        embedded = []
-        for chunk in chunks:
-            features = self.highway(self.char_cnn(self.char_embeddings(chunk[:, :chars])))
-            embedded.append(self.projection(self.with_word_embeddings(features, chunk)))
-        return torch.cat(embedded)
-
-    def with_word_embeddings(self, features: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
-        """`(num_words, num_filters)` highway output -> the projection's input: the word embedding of each row's last
-        id in front of it when the model has one (`(num_words, word_embedding_dim + num_filters)`), else unchanged."""
-        if self.word_embeddings is None:
-            return features
-        return torch.cat([self.word_embeddings(word_ids[:, self.config.max_characters_per_token]), features], dim=-1)
+        layers = TokenLayers(
+            self.char_embeddings, self.char_cnn, self.highway, self.word_embeddings, self.projection,
+            self.config.max_characters_per_token, self.config.activation, tuple(self.char_cnn.convolutions),
+            tuple((layer.transform, layer.gate) for layer in self.highway.layers),
+        )
+        # A padded batch (the export path) takes all words at once: a number of chunks would depend on the data.
+        packed = not uses_padded_batches(self.config)
+        token_layer = choose_implementation(TOKEN_LAYER_IMPLEMENTATIONS, self, packed, word_ids)
+        return token_layer(word_ids, layers, self.chunk_size if packed else None)
 
 
 class ElmoLstmCellWithProjection(nn.Module):
@@ -194,71 +178,25 @@ class ElmoLstmCellWithProjection(nn.Module):
         self.cell_clip = config.cell_clip
         self.projection_clip = config.projection_clip
 
-    def step(self, gate_inputs: torch.Tensor, state: LstmState) -> LstmState:
-        """One time step: `input_to_gates(x)` `(rows, 4 * lstm_dim)` and the state `(h, c)`, `(rows, projection_dim)`
-        and `(rows, lstm_dim)` -> the new state."""
-        hidden, cell = state
-        input_gate, forget_gate, candidate, output_gate = (gate_inputs + self.hidden_to_gates(hidden)).chunk(4, -1)
-        cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(candidate)
-        if self.cell_clip is not None:
-            cell = cell.clamp(-self.cell_clip, self.cell_clip)
-        hidden = self.projection(torch.sigmoid(output_gate) * torch.tanh(cell))
-        if self.projection_clip is not None:
-            hidden = hidden.clamp(-self.projection_clip, self.projection_clip)
-        return hidden, cell
-
     def forward(
-        self, inputs: torch.Tensor, batch_sizes: list[int], initial_state: LstmState
+        self, inputs: torch.Tensor, batch: SequenceBatch, initial_state: LstmState
     ) -> tuple[torch.Tensor, LstmState]:
-        """Runs this direction over a packed, length-sorted batch, state in and state out.
-
-        The inputs are packed time-major, as in `torch.nn.utils.rnn.PackedSequence`: step `t` holds the first
-        `batch_sizes[t]` rows of the length-sorted batch, so no work is spent on padding and the active batch shrinks
-        as sentences end.
+        """Runs this direction over a batch, state in and state out (`reference_elmo.lstm_recurrence`).
 
         Args:
-            inputs: `(num_positions, projection_dim)` in this direction's time order; `num_positions =
-                sum(batch_sizes)`.
-            batch_sizes: number of rows still running at each step (non-increasing, one entry per step).
-            initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`, rows sorted
-                as the batch.
+            inputs: `(num_positions, projection_dim)` packed or `(steps, batch_size, projection_dim)` padded, as
+                `batch` lays them out, in this direction's time order.
+            batch: the batch's layout.
+            initial_state: `(h, c)` of shapes `(batch_size, projection_dim)` and `(batch_size, lstm_dim)`, rows in
+                the batch's running order (`batch.sorted_rows`).
 
         Returns:
-            The outputs `(num_positions, projection_dim)`, packed as the inputs, and the final `(h, c)` of every row
-            (the state after its own last step).
+            The outputs `(..., projection_dim)` in the layout of the inputs and the final `(h, c)` of every row (the
+            state after its own last step).
         """
-        if use_cpu_kernels(self, inputs, *initial_state):
-            return lstm_with_projection(self, inputs, batch_sizes, initial_state)
-        if use_training_kernel(self, inputs, *initial_state):
-            return fused_lstm_with_projection(self, inputs, batch_sizes, initial_state)
-        gate_inputs = self.input_to_gates(inputs)
-        hidden, cell = initial_state
-        outputs, finished = [], []
-        position = 0
-        for active in batch_sizes:
-            if active < hidden.shape[0]:
-                finished.append((hidden[active:], cell[active:]))
-                hidden, cell = hidden[:active], cell[:active]
-            hidden, cell = self.step(gate_inputs[position : position + active], (hidden, cell))
-            outputs.append(hidden)
-            position += active
-        finished.append((hidden, cell))
-        # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
-        final_hidden, final_cell = (torch.cat(parts[::-1]) for parts in zip(*finished))
-        return torch.cat(outputs), (final_hidden, final_cell)
-
-    def forward_masked(
-        self, inputs: torch.Tensor, mask: torch.Tensor, initial_state: LstmState
-    ) -> tuple[torch.Tensor, LstmState]:
-        """The export path: `(batch_size, steps, projection_dim)` padded inputs in this direction's time order and
-        their `(batch_size, steps)` bool mask -> outputs of the same shape (zero at padding) and the final state (see
-        `masked_recurrence`)."""
-        # (steps, batch_size, 4 * lstm_dim): all input-to-gate products in one matrix product, then time-major
-        gate_inputs = self.input_to_gates(inputs).transpose(0, 1)
-        outputs, final_state = masked_recurrence(
-            self.step, gate_inputs, mask.transpose(0, 1).unsqueeze(-1), initial_state
-        )
-        return outputs.transpose(0, 1), final_state
+        recurrence = choose_implementation(RECURRENCE_IMPLEMENTATIONS, self, batch.packed, inputs, *initial_state)
+        linears = LstmLinears(self.input_to_gates, self.hidden_to_gates, self.projection)
+        return recurrence(inputs, batch, initial_state, linears, self.cell_clip, self.projection_clip)
 
 
 class ElmoLstmLayer(nn.Module):
@@ -274,13 +212,13 @@ class ElmoLstmLayer(nn.Module):
         self,
         forward_inputs: torch.Tensor,
         backward_inputs: torch.Tensor,
-        batch_sizes: list[int],
+        batch: SequenceBatch,
         initial_states: tuple[LstmState, LstmState],
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[LstmState, LstmState]]:
-        """Inputs `(num_positions, projection_dim)`, packed time-major; the backward ones are packed from the
-        time-reversed rows. Returns both outputs (same layout) and both final states."""
-        forward_outputs, forward_state = self.forward_cell(forward_inputs, batch_sizes, initial_states[0])
-        backward_outputs, backward_state = self.backward_cell(backward_inputs, batch_sizes, initial_states[1])
+        """Both directions' inputs as `batch` lays them out (the backward ones from the time-reversed rows). Returns
+        both outputs (same layout) and both final states."""
+        forward_outputs, forward_state = self.forward_cell(forward_inputs, batch, initial_states[0])
+        backward_outputs, backward_state = self.backward_cell(backward_inputs, batch, initial_states[1])
         if self.residual:
             forward_outputs = forward_outputs + forward_inputs
             backward_outputs = backward_outputs + backward_inputs
@@ -298,13 +236,13 @@ class ElmoBiLm(nn.Module):
         )
 
     def forward(
-        self, token_embeddings: torch.Tensor, lengths: torch.Tensor, initial_state: LstmState
+        self, token_embeddings: torch.Tensor, batch: SequenceBatch, initial_state: LstmState
     ) -> tuple[list[torch.Tensor], LstmState]:
         """Runs every layer in both directions.
 
         Args:
             token_embeddings: `(batch_size, sequence_length + 2, projection_dim)`, zero beyond each row's length.
-            lengths: `(batch_size,)` tokens per row, boundaries included (at least 2).
+            batch: the rows' lengths (boundaries included, at least 2) and the layout to run them in.
             initial_state: `(h, c)`, `(2 * num_layers, batch_size, projection_dim | lstm_dim)`, row
                 `2 * layer + direction` (direction 0 forward, 1 backward).
 
@@ -312,115 +250,18 @@ class ElmoBiLm(nn.Module):
             One `(batch_size, sequence_length + 2, 2 * projection_dim)` tensor `[forward; backward]` per layer, zero
             beyond each row's length, and the final state in the layout of `initial_state`.
         """
-        batch_size, steps, dim = token_embeddings.shape
-        sorted_lengths, order = lengths.sort(descending=True)
-        unsort = order.argsort()
-        # Packed time-major positions: step t holds the rows (sorted longest first) still running at t.
-        running = torch.arange(steps, device=lengths.device).unsqueeze(1) < sorted_lengths.unsqueeze(0)
-        batch_sizes = running.sum(1).tolist()
-        packed_steps, packed_rows = running.nonzero(as_tuple=True)
-        # Where each packed position lives in the (batch_size * (sequence_length + 2)) flattened batch, per direction:
-        # the backward direction reads row r at step t from position length - 1 - t.
-        row_starts = order[packed_rows] * steps
-        forward_index = row_starts + packed_steps
-        backward_index = row_starts + sorted_lengths[packed_rows] - 1 - packed_steps
-
-        flat_tokens = token_embeddings.reshape(batch_size * steps, dim)
-        forward_inputs, backward_inputs = flat_tokens[forward_index], flat_tokens[backward_index]
-        hidden, cell = initial_state[0][:, order], initial_state[1][:, order]
+        forward_inputs, backward_inputs = batch.directions(token_embeddings)
+        hidden, cell = (batch.sorted_rows(state) for state in initial_state)
         layer_outputs, final_hidden, final_cell = [], [], []
         for index, layer in enumerate(self.layers):
             states = ((hidden[2 * index], cell[2 * index]), (hidden[2 * index + 1], cell[2 * index + 1]))
             forward_inputs, backward_inputs, (forward_state, backward_state) = layer(
-                forward_inputs, backward_inputs, batch_sizes, states
+                forward_inputs, backward_inputs, batch, states
             )
-            # (batch_size * (sequence_length + 2), 2 * projection_dim), zeros at padding
-            outputs = flat_tokens.new_zeros(batch_size * steps, 2 * dim)
-            outputs[forward_index, :dim] = forward_inputs
-            outputs[backward_index, dim:] = backward_inputs
-            layer_outputs.append(outputs.view(batch_size, steps, 2 * dim))
+            layer_outputs.append(batch.merge(forward_inputs, backward_inputs))
             final_hidden += [forward_state[0], backward_state[0]]
             final_cell += [forward_state[1], backward_state[1]]
-        return layer_outputs, (torch.stack(final_hidden)[:, unsort], torch.stack(final_cell)[:, unsort])
-
-    def forward_masked(
-        self, token_embeddings: torch.Tensor, lengths: torch.Tensor, initial_state: LstmState
-    ) -> tuple[list[torch.Tensor], LstmState]:
-        """The export path, arguments and results as `forward`: every row runs to the longest length (see
-        `masked_recurrence`); the backward direction reads each row reversed within its own length by a
-        gather, and the same gather puts its outputs back."""
-        steps = torch.arange(token_embeddings.shape[1], device=lengths.device)
-        mask = steps < lengths.unsqueeze(1)  # (batch_size, sequence_length + 2)
-        # Row r, step t of the backward direction is position lengths[r] - 1 - t (padding stays in place).
-        reverse = torch.where(mask, lengths.unsqueeze(1) - 1 - steps, steps).unsqueeze(-1)
-        reverse = reverse.expand(-1, -1, token_embeddings.shape[-1])
-        forward_inputs, backward_inputs = token_embeddings, token_embeddings.gather(1, reverse)
-        hidden, cell = initial_state
-        layer_outputs, final_hidden, final_cell = [], [], []
-        for index, layer in enumerate(self.layers):
-            forward_outputs, forward_state = layer.forward_cell.forward_masked(
-                forward_inputs, mask, (hidden[2 * index], cell[2 * index])
-            )
-            backward_outputs, backward_state = layer.backward_cell.forward_masked(
-                backward_inputs, mask, (hidden[2 * index + 1], cell[2 * index + 1])
-            )
-            if layer.residual:
-                forward_outputs, backward_outputs = forward_outputs + forward_inputs, backward_outputs + backward_inputs
-            forward_inputs, backward_inputs = forward_outputs, backward_outputs
-            layer_outputs.append(torch.cat([forward_outputs, backward_outputs.gather(1, reverse)], dim=-1))
-            final_hidden += [forward_state[0], backward_state[0]]
-            final_cell += [forward_state[1], backward_state[1]]
-        return layer_outputs, (torch.stack(final_hidden), torch.stack(final_cell))
-
-
-
-# The module types each kernel of `cpu_kernels.py` reads (and whose forward it replaces), for `use_cpu_kernels`.
-CPU_KERNEL_MODULE_TYPES = {
-    ElmoCharacterEncoder: (
-        ElmoCharacterEncoder,
-        ElmoCharCnn,
-        ElmoHighway,
-        ElmoHighwayLayer,
-        nn.Embedding,
-        nn.Conv1d,
-        nn.Linear,
-        nn.ModuleList,
-    ),
-    ElmoLstmCellWithProjection: (ElmoLstmCellWithProjection, nn.Linear),
-}
-
-
-def word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """`(batch_size, sequence_length)` bool: the given attention mask, or the rows with any non-zero character id."""
-    return attention_mask.bool() if attention_mask is not None else (input_ids > 0).any(-1)
-
-
-def words_first_order(mask: torch.Tensor) -> torch.Tensor | None:
-    """Per row, the positions of its words in order, then its padding; `None` when every row is right-padded already.
-
-    `gather_words(tensor, order)` moves left padding (or holes in the mask) behind the words;
-    `gather_words(tensor, order.argsort(1))` undoes it.
-    """
-    lengths = mask.sum(1, keepdim=True)
-    if bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths)).all()):
-        return None
-    return (~mask).to(torch.int8).argsort(dim=1, stable=True)
-
-
-def gather_words(tensor: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """`tensor` `(batch_size, sequence_length, ...)` with each row's words taken in `order` `(batch_size,
-    sequence_length)`."""
-    index = order.view(*order.shape, *(1,) * (tensor.dim() - 2)).expand_as(tensor)
-    return tensor.gather(1, index)
-
-
-def words_first_positions(mask: torch.Tensor) -> torch.Tensor:
-    """`(batch_size, sequence_length)` int64: where each position goes when the words of its row move to the front
-    (words in order, then the padding in order). Scattering by it moves them; gathering by it moves them back. The
-    export path's form of `words_first_order`: no sort and no host synchronisation."""
-    counts = mask.cumsum(1)
-    padding_position = mask.sum(1, keepdim=True) + torch.arange(mask.shape[1], device=mask.device) - counts
-    return torch.where(mask, counts - 1, padding_position)
+        return layer_outputs, tuple(batch.original_rows(torch.stack(state)) for state in (final_hidden, final_cell))
 
 
 @dataclass
@@ -491,10 +332,10 @@ class ElmoModel(ElmoPreTrainedModel):
 
     Speed: no work is spent on padding, the character CNN runs once per distinct word of the batch (a word's token
     vector does not depend on its context), and on CPU without autograd (`torch.inference_mode()`) the token layer
-    and the LSTM cells run the kernels of `cpu_kernels.py` (see `use_cpu_kernels`; `config.elmo_implementation =
-    "eager"` turns them off). Long inputs: there is no length limit; the character CNN runs on chunks of
-    `ElmoCharacterEncoder.chunk_size` words, so memory grows linearly with the number of words (a 5,000-word document
-    is one call).
+    and the LSTM cells run the kernels of `cpu_kernels.py` (chosen by `kernels_elmo.choose_implementation`;
+    `config.elmo_implementation = "eager"` turns them off). Long inputs: there is no length limit; the character CNN
+    runs on chunks of `ElmoCharacterEncoder.chunk_size` words, so memory grows linearly with the number of words (a
+    5,000-word document is one call).
     """
 
     def __init__(self, config: ElmoConfig):
@@ -519,114 +360,54 @@ class ElmoModel(ElmoPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.token_encoder.char_embeddings = value
 
-    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, check_values: bool = True):
-        """Raises a clear error for inputs the model cannot read correctly, and for tracing. `check_values=False` checks
-        types and shapes only: the checks of values (id range, a mask marking an all-zero word) read the data, which a
-        traced graph cannot do (the export path under `torch.export` or `torch.compile`)."""
-        if torch.jit.is_tracing():
-            raise RuntimeError(
-                "ELMo cannot be traced (torch.jit.trace, torch.onnx.export(..., dynamo=False)): a trace fixes the "
-                "traced batch's sentence lengths into the graph, which is then wrong for other inputs. Export with "
-                "`elmo-hf export-onnx`, torch.onnx.export(..., dynamo=True) or torch.export.export."
-            )
-        if not isinstance(input_ids, torch.Tensor):
-            raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
-        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
-            raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
-        # The largest id the rows hold (plain comparisons: torch.compile cannot trace `max` over tuples).
-        largest, name = self.config.char_vocab_size - 1, "character ids"
-        if self.config.word_embedding_vocab_size - 1 >= largest:
-            largest, name = self.config.word_embedding_vocab_size - 1, "word ids"
-        if torch.iinfo(input_ids.dtype).max < largest:
-            raise TypeError(
-                f"input_ids has dtype {input_ids.dtype}, which cannot hold {name} up to {largest}, so its values have "
-                "wrapped around; keep the torch.long ids ElmoTokenizer returns."
-            )
-        if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
-            raise TypeError(
-                f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
-                "return_tensors='pt' or pass torch.tensor(attention_mask)."
-            )
-        chars, width = self.config.max_characters_per_token, self.config.row_width
-        if input_ids.dim() != 3:
-            raise ValueError(
-                f"input_ids must have shape (batch_size, sequence_length, {width}): one row of ids per word, as "
-                f"ElmoTokenizer returns; got shape {tuple(input_ids.shape)}."
-            )
-        if input_ids.shape[0] == 0:
-            raise ValueError("input_ids is an empty batch (batch_size 0); pass at least one sentence.")
-        if input_ids.shape[-1] != width:
-            words = " and the word id" if self.config.word_embedding_dim else ""
-            raise ValueError(
-                f"input_ids has {input_ids.shape[-1]} ids per word, but this model reads {width} "
-                f"(max_characters_per_token={chars}{words}); tokenize with the tokenizer saved with the model."
-            )
-        if not check_values:
-            return
-        for name, ids, size in (
-            ("character", input_ids[..., :chars], self.config.char_vocab_size),
-            ("word", input_ids[..., chars:], self.config.word_embedding_vocab_size),
-        ):
-            if ids.numel():
-                low, high = int(ids.min()), int(ids.max())
-                if low < 0 or high >= size:
-                    raise ValueError(
-                        f"input_ids holds {name} ids outside 0..{size - 1} (found {low}..{high}); ELMo ids come from "
-                        "the tokenizer saved with the model."
-                    )
-        if attention_mask is not None:
-            if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
-                raise ValueError(
-                    f"attention_mask must have shape (batch_size, sequence_length) = {tuple(input_ids.shape[:2])}, "
-                    f"got {tuple(attention_mask.shape)}."
-                )
-            if (attention_mask.bool() & (input_ids == 0).all(-1)).any():
-                raise ValueError(
-                    "attention_mask marks a word whose character ids are all 0 (a padding row); padding rows must "
-                    "have attention_mask 0."
-                )
-
-    def _initial_lstm_state(self, lstm_state: LstmState | None, batch_size: int, like: torch.Tensor) -> LstmState:
-        """The state each row starts from: row i of `lstm_state` for row i, zeros for rows it does not have."""
-        shapes = (
-            (2 * self.config.num_layers, self.config.projection_dim),
-            (2 * self.config.num_layers, self.config.lstm_dim),
-        )
-        if lstm_state is None:
-            return tuple(like.new_zeros(rows, batch_size, dim) for rows, dim in shapes)
-        if not isinstance(lstm_state, (tuple, list)) or len(lstm_state) != 2:
-            raise TypeError("lstm_state must be the (h, c) pair of a previous output's lstm_state.")
-        state = []
-        for tensor, (rows, dim), name in zip(lstm_state, shapes, ("h", "c")):
-            if not isinstance(tensor, torch.Tensor) or tensor.dim() != 3 or (tensor.shape[0], tensor.shape[2]) != (
-                rows,
-                dim,
-            ):
-                shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-                raise ValueError(f"lstm_state {name} must have shape ({rows}, batch_size, {dim}), got {shape}.")
-            tensor = tensor[:, :batch_size].to(like)
-            missing = batch_size - tensor.shape[1]
-            if missing:
-                tensor = torch.cat([tensor, tensor.new_zeros(rows, missing, dim)], dim=1)
-            state.append(tensor)
-        return tuple(state)
-
-    def _token_layer(self, input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    def _boundary_tokens(self, input_ids: torch.Tensor, mask: torch.Tensor, packed: bool) -> torch.Tensor:
         """The token vectors of every sentence wrapped in `<S>`, `</S>`: `(batch_size, sequence_length + 2,
-        projection_dim)`, zero beyond each row's `lengths + 2`. Words must come first in each row (`mask`).
+        projection_dim)`, zero beyond each row's length + 2. Rows must be right-padded (`mask`).
 
-        The token layer runs once per distinct row of ids (characters, and the word id if any) of the batch and the
-        two boundary tokens, never on padding.
+        A packed batch runs the token layer once per distinct row of ids (characters, and the word id if any) and the
+        two boundary tokens, never on padding; a padded one (the export path) on every position, taking no shape from
+        the data.
         """
         batch_size, sequence_length = mask.shape
-        words = torch.cat([self.boundary_char_ids.to(input_ids), input_ids[mask]])
-        distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
-        embeddings = self.token_encoder(distinct_ids)[occurrences]
-        tokens = embeddings.new_zeros(batch_size, sequence_length + 2, self.config.projection_dim)
-        tokens[:, 0] = embeddings[0]
-        tokens[:, 1 : sequence_length + 1][mask] = embeddings[2:]
-        tokens[torch.arange(batch_size, device=mask.device), lengths + 1] = embeddings[1]
-        return tokens
+        lengths = mask.sum(1)
+        boundaries = self.boundary_char_ids.to(input_ids)
+        if packed:
+            words = torch.cat([boundaries, input_ids[mask]])
+            distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
+            embeddings = self.token_encoder(distinct_ids)[occurrences]
+            tokens = embeddings.new_zeros(batch_size, sequence_length + 2, embeddings.shape[-1])
+            tokens[:, 0] = embeddings[0]
+            tokens[:, 1 : sequence_length + 1][mask] = embeddings[2:]
+            tokens[torch.arange(batch_size, device=mask.device), lengths + 1] = embeddings[1]
+            return tokens
+        embeddings = self.token_encoder(torch.cat([boundaries, input_ids.reshape(-1, self.config.row_width)]))
+        words = embeddings[2:].view(batch_size, sequence_length, embeddings.shape[-1]) * mask.unsqueeze(-1)
+        tokens = nn.functional.pad(words, (0, 0, 1, 1))
+        steps = torch.arange(sequence_length + 2, device=mask.device)
+        tokens = torch.where((steps == 0).unsqueeze(-1), embeddings[0], tokens)
+        return torch.where((steps == lengths.unsqueeze(1) + 1).unsqueeze(-1), embeddings[1], tokens)
+
+    def boundary_layers(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, lstm_state: LstmState | None = None
+    ) -> tuple[list[torch.Tensor], LstmState]:
+        """The biLM's layers with the sentence boundaries kept (what the pretraining softmax reads), and the final
+        LSTM state. Rows must be right-padded: each row's words first, then padding.
+
+        Args:
+            input_ids, attention_mask, lstm_state: as for `forward`.
+
+        Returns:
+            `num_layers + 1` tensors `(batch_size, sequence_length + 2, 2 * projection_dim)`: `[token; token]`, then
+            every biLSTM layer, `<S>` at position 0 and `</S>` at each row's length + 1, zeros beyond; and the final
+            `(h, c)` as `forward` returns it.
+        """
+        mask = word_mask(input_ids, attention_mask)
+        lengths = mask.sum(1)
+        batch = SequenceBatch(lengths + 2, mask.shape[1] + 2, packed=not uses_padded_batches(self.config))
+        tokens = self._boundary_tokens(input_ids, mask, batch.packed)
+        initial_state = initial_lstm_state(self.config, lstm_state, mask.shape[0], tokens)
+        layer_outputs, final_state = self.bilm(tokens, batch, initial_state)
+        return [torch.cat([tokens, tokens], dim=-1)] + layer_outputs, final_state
 
     @can_return_tuple
     def forward(
@@ -653,44 +434,20 @@ class ElmoModel(ElmoPreTrainedModel):
                 Return the final LSTM state in `lstm_state`. Rows of the given `lstm_state` beyond this batch are
                 passed through unchanged, as the original implementations keep them.
         """
-        if input_ids is None:
-            raise ValueError(
-                "ElmoModel needs input_ids of shape (batch_size, sequence_length, max_characters_per_token)."
-            )
-        export_path = use_export_path(self.config)
-        traced = torch.compiler.is_exporting() or torch.compiler.is_compiling()
-        self._check_inputs(input_ids, attention_mask, check_values=not (export_path and traced))
+        padded = uses_padded_batches(self.config)
+        check_model_inputs(self.config, input_ids, attention_mask, not (padded and traced()), model=self)
         input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         mask = word_mask(input_ids, attention_mask)
         batch_size, sequence_length = mask.shape
-        lengths = mask.sum(1)
-        if export_path:
-            layers, final_state = self._forward_export(input_ids, mask, lengths, lstm_state)
-            return ElmoModelOutput(
-                last_hidden_state=layers[-1],
-                hidden_states=tuple(layers) if output_hidden_states else None,
-                lstm_state=final_state if output_lstm_state else None,
-            )
-
         # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
-        order = words_first_order(mask)
-        if order is not None:
-            input_ids, mask = gather_words(input_ids, order), gather_words(mask, order)
-
-        tokens = self._token_layer(input_ids, mask, lengths)
-        initial_state = self._initial_lstm_state(lstm_state, batch_size, tokens)
-        layer_outputs, final_state = self.bilm(tokens, lengths + 2, initial_state)
-
-        keep = mask.unsqueeze(-1).to(tokens.dtype)
-        layers = [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
-        layers = [layer[:, 1 : sequence_length + 1] * keep for layer in layers]
-        if order is not None:
-            layers = [gather_words(layer, order.argsort(dim=1)) for layer in layers]
-
-        if output_lstm_state and lstm_state is not None and lstm_state[0].shape[1] > batch_size:
+        words_first = WordsFirst(mask, packed=not padded)
+        layers, final_state = self.boundary_layers(words_first.apply(input_ids), words_first.mask, lstm_state)
+        keep = words_first.mask.unsqueeze(-1).to(layers[0].dtype)
+        layers = [words_first.restore(layer[:, 1 : sequence_length + 1] * keep) for layer in layers]
+        # Rows of the given state beyond this batch pass through (the export path takes exactly batch_size rows).
+        if output_lstm_state and not padded and lstm_state is not None and lstm_state[0].shape[1] > batch_size:
             final_state = tuple(
                 torch.cat([new, old[:, batch_size:].to(new)], dim=1) for new, old in zip(final_state, lstm_state)
             )
@@ -699,40 +456,6 @@ class ElmoModel(ElmoPreTrainedModel):
             hidden_states=tuple(layers) if output_hidden_states else None,
             lstm_state=final_state if output_lstm_state else None,
         )
-
-    def _forward_export(
-        self, input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, lstm_state: LstmState | None
-    ) -> tuple[list[torch.Tensor], LstmState]:
-        """The export path (`use_export_path`): the same layers and final state as `forward`, computed without host
-        synchronisation or shapes taken from data, so that `torch.export` traces it with dynamic batch and length.
-
-        The differences: the token layer runs on every position, padding included (no distinct-word pass); the
-        recurrence runs every row to the longest length (`masked_recurrence`); the words are moved to the
-        front of each row unconditionally, by a scatter; `lstm_state` must have exactly `batch_size` rows.
-        """
-        batch_size, sequence_length = mask.shape
-        words_first = words_first_positions(mask)
-        input_ids = input_ids.new_zeros(input_ids.shape).scatter(
-            1, words_first.unsqueeze(-1).expand_as(input_ids), input_ids
-        )
-        steps = torch.arange(sequence_length + 2, device=mask.device)
-        words = (steps[1:-1] <= lengths.unsqueeze(1)).unsqueeze(-1)  # (batch_size, sequence_length, 1)
-
-        rows = input_ids.reshape(-1, self.config.row_width)
-        embeddings = self.token_encoder(torch.cat([self.boundary_char_ids.to(input_ids), rows]))
-        begin_embedding, end_embedding = embeddings[0], embeddings[1]
-        word_embeddings = embeddings[2:].view(batch_size, sequence_length, embeddings.shape[-1]) * words
-        # (batch_size, sequence_length + 2, projection_dim): <S>, the words, </S>, then zeros.
-        tokens = nn.functional.pad(word_embeddings, (0, 0, 1, 1))
-        tokens = torch.where((steps == 0).unsqueeze(-1), begin_embedding, tokens)
-        tokens = torch.where((steps == lengths.unsqueeze(1) + 1).unsqueeze(-1), end_embedding, tokens)
-
-        initial_state = self._initial_lstm_state(lstm_state, batch_size, tokens)
-        layer_outputs, final_state = self.bilm.forward_masked(tokens, lengths + 2, initial_state)
-        layers = [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
-        restore = words_first.unsqueeze(-1).expand(-1, -1, layers[0].shape[-1])
-        layers = [(layer[:, 1 : sequence_length + 1] * words).gather(1, restore) for layer in layers]
-        return layers, final_state
 
 
 class ElmoScalarMix(nn.Module):
@@ -764,6 +487,7 @@ class ElmoScalarMix(nn.Module):
         l2_coefficient: float = 0.0,
     ):
         super().__init__()
+        check_mix_arguments(num_representations, layer_norm, fixed_weights)
         trainable = fixed_weights is None
         self.fixed_weights = fixed_weights
         self.scalar_parameters = nn.Parameter(torch.zeros(num_representations), requires_grad=trainable)
@@ -820,34 +544,12 @@ class ElmoScalarMix(nn.Module):
         variance = (((layer - mean) * keep) ** 2).sum() / count
         return (layer - mean) / torch.sqrt(variance + 1e-12)
 
-    def _check_inputs(self, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor | None):
-        """Raises a clear error for what the mix cannot use."""
-        if hidden_states is None or isinstance(hidden_states, ModelOutput):
-            raise TypeError(
-                "ElmoScalarMix takes the model's layers: call the model with output_hidden_states=True and pass "
-                "outputs.hidden_states."
-            )
-        if len(hidden_states) != self.scalar_parameters.shape[0]:
-            raise ValueError(
-                f"ElmoScalarMix mixes {self.scalar_parameters.shape[0]} layers, got {len(hidden_states)}."
-            )
-        if mask is None and self.layer_norm == "batch":
-            raise ValueError("layer_norm='batch' needs the word mask: pass the tokenizer's attention_mask as mask.")
-        trains = torch.is_grad_enabled() and (self.scalar_parameters.requires_grad or self.gamma.requires_grad)
-        if trains and any(layer.is_inference() for layer in hidden_states):
-            raise RuntimeError(
-                "ElmoScalarMix got layers computed under torch.inference_mode(), which cannot train its weights. "
-                "Compute them under torch.no_grad() instead (the biLM stays frozen), or also run the mix under "
-                "torch.inference_mode() if you only need its output; a fixed mix (ElmoScalarMix.top_layer, "
-                ".average, .from_weights) takes them anywhere."
-            )
-
     def forward(self, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor | None = None) -> torch.Tensor:
         """`num_representations` tensors `(batch_size, sequence_length, dim)` (`outputs.hidden_states`) and optionally
         the word mask `(batch_size, sequence_length)` (the tokenizer's `attention_mask`) -> `(batch_size,
         sequence_length, dim)`. With the mask, padding comes out zero; without it, padding stays as the layers have it
         (zero for `ElmoModel`'s outputs). `layer_norm="batch"` needs the mask."""
-        self._check_inputs(hidden_states, mask)
+        check_mix_inputs(self, hidden_states, mask)
         mixed = sum(
             weight * (self._normalise(layer, mask) if self.layer_norm else layer)
             for weight, layer in zip(self.weights(), hidden_states)
@@ -864,10 +566,16 @@ class ElmoScalarMix(nn.Module):
 
 
 class ElmoTaskEncoder(nn.Module):
-    """The task biLSTM over the ELMo vectors (the paper's NER/SRL shape); runs on the words only."""
+    """The task biLSTM over the ELMo vectors (the paper's NER/SRL shape); runs on the words only.
+
+    A packed batch runs the `nn.LSTM`; a padded one (the export path: an `nn.LSTM` over packed sequences cannot be
+    exported) runs each of its layers and directions as the ELMo recurrence (`reference_elmo.lstm_recurrence`) on the
+    `nn.LSTM`'s own weights: a plain LSTM is that recurrence without projection and clips.
+    """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
+        self.config = config
         self.lstm = nn.LSTM(
             config.hidden_size,
             config.task_lstm_dim,
@@ -879,51 +587,39 @@ class ElmoTaskEncoder(nn.Module):
     def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch_size, sequence_length, hidden_size)` -> `(batch_size, sequence_length, 2 * task_lstm_dim)`, zero at
         padding."""
-        if features.shape[1] == 0:  # only texts without words: nothing to run (an LSTM cannot pack zero steps)
-            return features.new_zeros(*features.shape[:2], 2 * self.lstm.hidden_size)
-        order = words_first_order(mask)
-        if order is not None:
-            features = gather_words(features, order)
-        lengths = mask.sum(1).clamp(min=1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
-        packed_outputs, _ = self.lstm(packed)
-        outputs, _ = nn.utils.rnn.pad_packed_sequence(
-            packed_outputs, batch_first=True, total_length=features.shape[1]
-        )
-        if order is not None:
-            outputs = gather_words(outputs, order.argsort(1))
-        return outputs * mask.unsqueeze(-1).to(outputs.dtype)
-
-    def forward_masked(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The export path (see `use_export_path`), arguments and result as `forward`: each layer and direction of
-        the biLSTM runs as `masked_recurrence` on the `nn.LSTM`'s own parameters (an `nn.LSTM` over packed sequences
-        cannot be exported), the backward direction on each row reversed within its length."""
-        lstm = self.lstm
-        words_first = words_first_positions(mask).unsqueeze(-1)
-        inputs = features.new_zeros(features.shape).scatter(1, words_first.expand_as(features), features)
-        steps = torch.arange(mask.shape[1], device=mask.device)
-        lengths = mask.sum(1, keepdim=True)
-        running = steps < lengths
-        reverse = torch.where(running, lengths - 1 - steps, steps).unsqueeze(-1)
-        running = running.transpose(0, 1).unsqueeze(-1)  # (sequence_length, batch_size, 1), time-major
-        for layer in range(lstm.num_layers):
-            directions = []
-            for suffix in ("", "_reverse"):
-                weights = tuple(
-                    getattr(lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-                )
-                ordered = inputs if not suffix else inputs.gather(1, reverse.expand_as(inputs))
-
-                def step(step_inputs, state, weights=weights):  # no annotations, as in `masked_recurrence`
-                    return torch.lstm_cell(step_inputs, state, *weights)
-
-                # two zero tensors: the scan's initial state may not alias
-                state = tuple(features.new_zeros(features.shape[0], lstm.hidden_size) for _ in range(2))
-                outputs = masked_recurrence(step, ordered.transpose(0, 1), running, state)[0].transpose(0, 1)
-                directions.append(outputs if not suffix else outputs.gather(1, reverse.expand_as(outputs)))
-            inputs = torch.cat(directions, dim=-1)
-        outputs = inputs.gather(1, words_first.expand_as(inputs))
-        return outputs * mask.unsqueeze(-1).to(outputs.dtype)
+        words_first = WordsFirst(mask, packed=not uses_padded_batches(self.config))
+        batch_size, sequence_length = mask.shape
+        if words_first.packed and sequence_length == 0:  # only texts without words (an LSTM cannot pack zero steps)
+            return features.new_zeros(batch_size, 0, 2 * self.lstm.hidden_size)
+        inputs, lengths = words_first.apply(features), mask.sum(1)
+        if words_first.packed:
+            packed = nn.utils.rnn.pack_padded_sequence(
+                inputs, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
+            )
+            outputs = nn.utils.rnn.pad_packed_sequence(
+                self.lstm(packed)[0], batch_first=True, total_length=sequence_length
+            )[0]
+        else:
+            batch = SequenceBatch(lengths, sequence_length, packed=False)
+            for layer in range(self.lstm.num_layers):
+                directions = []
+                for direction_inputs, suffix in zip(batch.directions(inputs), ("", "_reverse")):
+                    weight_ih, bias_ih, weight_hh, bias_hh = (
+                        getattr(self.lstm, f"{name}_l{layer}{suffix}")
+                        for name in ("weight_ih", "bias_ih", "weight_hh", "bias_hh")
+                    )
+                    linears = LstmLinears(
+                        partial(nn.functional.linear, weight=weight_ih, bias=bias_ih),
+                        partial(nn.functional.linear, weight=weight_hh, bias=bias_hh),
+                        None,
+                    )
+                    # two zero tensors: the scan's initial state may not alias
+                    state = tuple(features.new_zeros(batch_size, self.lstm.hidden_size) for _ in range(2))
+                    recurrence = choose_implementation(RECURRENCE_IMPLEMENTATIONS, self, False, direction_inputs)
+                    directions.append(recurrence(direction_inputs, batch, state, linears, None, None)[0])
+                inputs = batch.merge(*directions)
+            outputs = inputs
+        return words_first.restore(outputs) * mask.unsqueeze(-1).to(outputs.dtype)
 
 
 class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
@@ -987,9 +683,7 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
             ).hidden_states
         mask = word_mask(input_ids, attention_mask)
         features = self.scalar_mix(layers, mask)
-        if self.task_encoder is not None and use_export_path(self.config):
-            features = self.task_encoder.forward_masked(features, mask)
-        elif self.task_encoder is not None:
+        if self.task_encoder is not None:
             features = self.task_encoder(features, mask)
         if self.task_output_scalar_mix is not None:
             features = torch.cat([features, self.task_output_scalar_mix(layers, mask)], dim=-1)
@@ -1012,28 +706,12 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         return penalty * labels.ne(-100).sum() / num_items_in_batch
 
     @staticmethod
-    def _check_labels_type(labels: torch.Tensor):
-        if not isinstance(labels, torch.Tensor):
-            raise TypeError(
-                f"labels must be a torch.Tensor, got {type(labels).__name__}; pass torch.tensor(labels) (the data "
-                "collators return tensors)."
-            )
-
-    @staticmethod
     def _loss_without_labelled_items(logits: torch.Tensor) -> torch.Tensor:
         """The loss of a batch without a labelled item (texts without words, or every label -100): zero, with zero
         gradients. The stock mean, or sum over `num_items_in_batch = 0`, is 0/0, and its NaN gradient would spoil
         every weight it reaches."""
         return logits.sum() * 0.0
 
-    def _check_label_ids(self, labels: torch.Tensor):
-        valid = (labels == -100) | ((labels >= 0) & (labels < self.config.num_labels))
-        if not bool(valid.all()):
-            bad = labels[~valid][0].item()
-            raise ValueError(
-                f"labels hold id {bad}, outside 0..{self.config.num_labels - 1} (num_labels={self.config.num_labels}) "
-                "and not -100 (ignored); set id2label/label2id (or num_labels) in the config to match your labels."
-            )
 
 
 class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
@@ -1072,13 +750,13 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
         logits = self.classifier(features)
         loss = None
         if labels is not None:
-            self._check_labels_type(labels)
+            check_labels_type(labels)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(
                     f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
                     f"(-100 for padding), got {tuple(labels.shape)}."
                 )
-            self._check_label_ids(labels)
+            check_label_ids(labels, self.config.num_labels)
             loss = self.loss_function(logits, labels, self.config, **kwargs)
             loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
             if not bool(labels.ne(-100).any()):
@@ -1128,7 +806,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
         logits = self.classifier(torch.cat([mean, maximum], dim=-1))
         loss = None
         if labels is not None:
-            self._check_sequence_labels(labels, batch_size=mask.shape[0])
+            check_sequence_labels(labels, mask.shape[0], self.config.num_labels)
             loss = self.loss_function(labels, logits, self.config, **kwargs)
             num_items_in_batch = kwargs.get("num_items_in_batch")
             if self.config.problem_type != "single_label_classification" and num_items_in_batch is not None:
@@ -1140,25 +818,6 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
                 loss = self._loss_without_labelled_items(logits)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
-    def _check_sequence_labels(self, labels: torch.Tensor, batch_size: int):
-        self._check_labels_type(labels)
-        if labels.dim() == 0:
-            raise ValueError(
-                "labels is a 0-dim tensor; it needs a batch axis, shape (batch_size,) or (batch_size, num_labels), "
-                "e.g. torch.tensor([label]) for one sentence."
-            )
-        if labels.shape[0] != batch_size:
-            raise ValueError(f"labels has {labels.shape[0]} rows for a batch of {batch_size} sentences.")
-        if labels.dtype.is_floating_point:
-            if labels.dim() == 2 and labels.shape[1] != self.config.num_labels:
-                raise ValueError(
-                    f"multi-label labels must have shape (batch_size, num_labels={self.config.num_labels}), got "
-                    f"{tuple(labels.shape)}."
-                )
-            return
-        if labels.dim() != 1:
-            raise ValueError(f"class-id labels must have shape (batch_size,), got {tuple(labels.shape)}.")
-        self._check_label_ids(labels)
 
 
 @dataclass
@@ -1236,28 +895,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             *rest,
         )
 
-    def _boundary_layers(self, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-        """The biLM's layers with the sentence boundaries kept: `num_layers + 1` tensors `(batch_size,
-        sequence_length + 2, 2 * projection_dim)`, starting from zero states. Rows must be right-padded (`mask`)."""
-        lengths = mask.sum(1)
-        tokens = self.elmo._token_layer(input_ids, mask, lengths)
-        initial_state = self.elmo._initial_lstm_state(None, mask.shape[0], tokens)
-        layer_outputs, _ = self.elmo.bilm(tokens, lengths + 2, initial_state)
-        return [torch.cat([tokens, tokens], dim=-1)] + layer_outputs
-
-    def _log_uniform_sample(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """`softmax_num_samples` word ids drawn with replacement from the log-uniform (Zipf) distribution the original
-        samples from, which assumes ids sorted by falling frequency, and the log of each id's expected count."""
-        vocab_size, num_samples = self.config.word_vocab_size, self.config.softmax_num_samples
-        uniform = torch.rand(num_samples, device=device, dtype=torch.float64)
-        sampled = (torch.exp(uniform * math.log(vocab_size + 1)) - 1).long().clamp(max=vocab_size - 1)
-        return sampled, self._log_expected_count(sampled)
-
-    def _log_expected_count(self, ids: torch.Tensor) -> torch.Tensor:
-        """`log(softmax_num_samples * p(id))` for the log-uniform `p(id) = log((id + 2) / (id + 1)) / log(V + 1)`."""
-        ids = ids.double()
-        probability = torch.log((ids + 2) / (ids + 1)) / math.log(self.config.word_vocab_size + 1)
-        return torch.log(self.config.softmax_num_samples * probability).float()
+    @property
+    def _sampler(self) -> tuple[int, int]:
+        return self.config.word_vocab_size, self.config.softmax_num_samples
 
     def _negative_log_likelihoods(
         self, hidden: torch.Tensor, targets: torch.Tensor, sample: tuple[torch.Tensor, torch.Tensor] | None
@@ -1269,32 +909,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             return nn.functional.cross_entropy(self.softmax(hidden), targets, reduction="none")
         sampled, sampled_log_count = sample
         weight, bias = self.softmax.weight, self.softmax.bias
-        true_logits = (hidden * weight[targets]).sum(-1) + bias[targets] - self._log_expected_count(targets)
+        true_logits = (hidden * weight[targets]).sum(-1) + bias[targets] - log_expected_count(targets, *self._sampler)
         sampled_logits = hidden @ weight[sampled].T + bias[sampled] - sampled_log_count
         sampled_logits = sampled_logits.masked_fill(sampled.unsqueeze(0) == targets.unsqueeze(1), float("-inf"))
         logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1)
         return -torch.log_softmax(logits, dim=1)[:, 0]
-
-    def _check_labels(self, labels: torch.Tensor | None, backward_labels: torch.Tensor | None, mask: torch.Tensor):
-        expected = (mask.shape[0], mask.shape[1] + 1)
-        for name, value in (("labels", labels), ("backward_labels", backward_labels)):
-            if value is None:
-                raise ValueError(
-                    "ElmoForPreTraining needs both labels (forward targets) and backward_labels, or neither; "
-                    "DataCollatorForElmoPreTraining makes both."
-                )
-            if tuple(value.shape) != expected:
-                raise ValueError(
-                    f"{name} must have shape (batch_size, sequence_length + 1) = {expected}, got {tuple(value.shape)}."
-                )
-            valid = (value == -100) | ((value >= 0) & (value < self.config.word_vocab_size))
-            if not bool(valid.all()):
-                raise ValueError(
-                    f"{name} holds word id {int(value[~valid][0])}, outside 0..{self.config.word_vocab_size - 1} "
-                    "(word_vocab_size) and not -100; the vocabulary does not match this model's softmax."
-                )
-        if not bool(((labels == -100) == (backward_labels == -100)).all()):
-            raise ValueError("labels and backward_labels must mark the same positions -100.")
 
     @can_return_tuple
     def forward(
@@ -1323,17 +942,13 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 Predictions per direction over all batches of an optimizer step (Trainer passes it), so the loss is
                 their mean however the step is split into batches or processes.
         """
-        if input_ids is None:
-            raise ValueError("ElmoForPreTraining needs input_ids of shape (batch_size, sequence_length, characters).")
-        self.elmo._check_inputs(input_ids, attention_mask)
+        check_model_inputs(self.config, input_ids, attention_mask, model=self)
         input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same, as in ElmoModel
         mask = word_mask(input_ids, attention_mask)
-        if words_first_order(mask) is not None:
-            raise ValueError("ElmoForPreTraining needs right-padded batches: every row's words first, then padding.")
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
-        layers = self._boundary_layers(input_ids, mask)
+        check_right_padded(mask)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        layers, _ = self.elmo.boundary_layers(input_ids, mask)
         projection_dim = self.config.projection_dim
         forward_outputs = self.dropout(layers[-1][:, :-1, :projection_dim])
         backward_outputs = self.dropout(layers[-1][:, 1:, projection_dim:])
@@ -1344,11 +959,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 backward_logits=self.softmax(backward_outputs),
                 hidden_states=hidden_states,
             )
-        self._check_labels(labels, backward_labels, mask)
+        check_pretraining_labels(labels, backward_labels, mask, self.config.word_vocab_size)
         predicted = labels != -100
         sample = None
         if self.training and self.config.softmax_type == "sampled":
-            sample = self._log_uniform_sample(input_ids.device)
+            sample = log_uniform_sample(*self._sampler, input_ids.device)
         forward_nll = self._negative_log_likelihoods(forward_outputs[predicted], labels[predicted], sample)
         backward_nll = self._negative_log_likelihoods(backward_outputs[predicted], backward_labels[predicted], sample)
         num_predictions = predicted.sum()

@@ -11,10 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The training kernel for `modeling_elmo`: one LSTM-with-projection direction over a whole packed sequence as one
-autograd function, with a hand-written backward.
+"""The training kernel: `reference_elmo.lstm_recurrence` (same signature, same results) over a whole packed batch as
+one autograd function, with a hand-written backward; listed in `kernels_elmo.py`'s table.
 
-Autograd through `ElmoLstmCellWithProjection.forward` records every step's slices of the gate inputs and of the
+Autograd through the reference recurrence records every step's slices of the gate inputs and of the
 state; its backward then fills, copies and adds a full-size gradient for each slice, and makes the weight gradients
 as one small matrix product per step. `LstmWithProjectionFunction` runs the same forward (the same operations in the
 same order on tensors of their own, so the outputs are bitwise the reference's) and then computes, for all steps at
@@ -23,19 +23,30 @@ element-wise operations and two small products per step, and then the input grad
 one matrix product over all steps. Clipping is differentiated as autograd differentiates `clamp`: the gradient
 passes where the clamped value equals its input (inside the range, bounds included) and is zero elsewhere.
 
-`modeling_elmo`'s dispatcher takes it only where it computes the reference's gradients (`kernels_apply` with
-`recording=True`): autograd recording, CPU, float32 or float64, stock modules without hooks or parametrizations.
-It supports one backward pass (`once_differentiable`); `config.elmo_implementation = "eager"` runs the reference,
-for double backward.
+The dispatcher of `kernels_elmo.py` takes it only where it computes the reference's gradients (stock layers without
+hooks or parametrizations, not traced) and `supports` says so: autograd recording, a packed batch, float32 or float64
+on CPU, where it was measured to pay. It supports one backward pass (`once_differentiable`);
+`config.elmo_implementation = "eager"` runs the reference, for double backward.
 """
 
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .cpu_kernels import LstmState
+from .reference_elmo import FinishedRows, KernelRequest, LstmLinears, LstmState, SequenceBatch
 
 TRAINING_KERNEL_DTYPES = (torch.float32, torch.float64)
+
+
+def supports(request: KernelRequest) -> bool:
+    """The training kernel's capability: autograd recording (not traced), a packed batch, float32 or float64, CPU."""
+    return (
+        request.recording
+        and request.packed
+        and not request.traced
+        and request.dtype in TRAINING_KERNEL_DTYPES
+        and request.device.type == "cpu"
+    )
 
 
 def step_positions(batch_sizes: list[int]) -> list[int]:
@@ -57,7 +68,7 @@ def previous_rows(initial: torch.Tensor, sequence: torch.Tensor, batch_sizes: li
 
 
 class LstmWithProjectionFunction(torch.autograd.Function):
-    """`ElmoLstmCellWithProjection.forward` over a packed batch, as one autograd node.
+    """`reference_elmo.lstm_recurrence` over a packed batch, as one autograd node.
 
     Inputs: `inputs` `(num_positions, projection_dim)`, the initial `hidden` `(batch_size, projection_dim)` and `cell`
     `(batch_size, lstm_dim)`, the weights `input_to_gates` `(4 * lstm_dim, projection_dim)`, `hidden_to_gates`
@@ -88,12 +99,10 @@ class LstmWithProjectionFunction(torch.autograd.Function):
             "i", "f", "g", "o", "unclipped_cell", "cell", "tanh_cell", "unprojected", "unclipped_hidden", "hidden"
         )
         steps = {name: [] for name in names}
-        finished = []
+        finished = FinishedRows()
         position = 0
         for active in batch_sizes:
-            if active < hidden.shape[0]:
-                finished.append((hidden[active:], cell[active:]))
-                hidden, cell = hidden[:active], cell[:active]
+            hidden, cell = finished.running((hidden, cell), active)
             gates = gate_inputs[position : position + active] + nn.functional.linear(hidden, hidden_to_gates, bias)
             input_gate, forget_gate, candidate, output_gate = gates.chunk(4, -1)
             input_gate, forget_gate = torch.sigmoid(input_gate), torch.sigmoid(forget_gate)
@@ -113,9 +122,7 @@ class LstmWithProjectionFunction(torch.autograd.Function):
             for name, value in zip(names, values):
                 steps[name].append(value)
             position += active
-        finished.append((hidden, cell))
-        # Rows finish from the back of the sorted batch: the pieces, reversed, are rows 0..batch_size-1.
-        final_hidden, final_cell = (torch.cat(parts[::-1]) for parts in zip(*finished))
+        final_hidden, final_cell = finished.final((hidden, cell))
         outputs = torch.cat(steps["hidden"])
 
         # What the backward needs, for all positions at once (packed as the inputs): the factors of the chain rule
@@ -206,21 +213,23 @@ class LstmWithProjectionFunction(torch.autograd.Function):
 
 
 def fused_lstm_with_projection(
-    cell: nn.Module, inputs: torch.Tensor, batch_sizes: list[int], initial_state: LstmState
+    inputs: torch.Tensor, batch: SequenceBatch, initial_state: LstmState, linears: LstmLinears,
+    cell_clip: float | None, projection_clip: float | None,
 ) -> tuple[torch.Tensor, LstmState]:
-    """`ElmoLstmCellWithProjection`'s forward (same arguments and results) as `LstmWithProjectionFunction`."""
+    """`reference_elmo.lstm_recurrence` (same arguments and results) as `LstmWithProjectionFunction`, on the weights
+    of the stock `nn.Linear` layers in `linears`."""
     outputs, final_hidden, final_cell = LstmWithProjectionFunction.apply(
         inputs,
         *initial_state,
-        cell.input_to_gates.weight,
-        cell.hidden_to_gates.weight,
-        cell.hidden_to_gates.bias,
-        cell.projection.weight,
-        batch_sizes,
-        cell.cell_clip,
-        cell.projection_clip,
+        linears.input_to_gates.weight,
+        linears.hidden_to_gates.weight,
+        linears.hidden_to_gates.bias,
+        linears.projection.weight,
+        batch.batch_sizes,
+        cell_clip,
+        projection_clip,
     )
     return outputs, (final_hidden, final_cell)
 
 
-__all__ = ["TRAINING_KERNEL_DTYPES", "LstmWithProjectionFunction", "fused_lstm_with_projection"]
+__all__ = ["TRAINING_KERNEL_DTYPES", "LstmWithProjectionFunction", "fused_lstm_with_projection", "supports"]

@@ -9,8 +9,9 @@ from conftest import MIXED_SENTENCES as SENTENCES
 from conftest import encode, tiny_config
 from torch import nn
 
-from elmo_hf import ElmoConfig, ElmoModel, cpu_kernels, modeling_elmo
+from elmo_hf import ElmoConfig, ElmoModel, cpu_kernels
 from elmo_hf.cpu_kernels import PLAIN, REORDERED, CpuLinear, RecurrentLinear, ReorderedWeights, ReorderTimings
+from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS, Implementation
 
 
 def eager_copy(model: ElmoModel) -> ElmoModel:
@@ -23,13 +24,17 @@ def eager_copy(model: ElmoModel) -> ElmoModel:
 
 @pytest.fixture
 def kernel_calls(monkeypatch) -> list[str]:
-    """The names of the kernels `modeling_elmo` runs, in call order."""
+    """The names of the CPU kernels the model runs, in call order."""
     calls = []
-    for name in ("encode_words", "lstm_with_projection"):
-        kernel = getattr(modeling_elmo, name)
-        monkeypatch.setattr(
-            modeling_elmo, name, lambda *args, kernel=kernel, name=name: calls.append(name) or kernel(*args)
-        )
+    for table in (TOKEN_LAYER_IMPLEMENTATIONS, RECURRENCE_IMPLEMENTATIONS):
+        kernel = table["cpu"]
+        name = kernel.function.__name__
+
+        def recorded(*args, kernel=kernel, name=name):
+            calls.append(name)
+            return kernel.function(*args)
+
+        monkeypatch.setitem(table, "cpu", Implementation(recorded, kernel.supports))
     return calls
 
 

@@ -6,6 +6,7 @@ from conftest import encode, tiny_config
 
 from elmo_hf import ElmoConfig, ElmoModel
 from elmo_hf.modeling_elmo import ElmoLstmCellWithProjection
+from elmo_hf.reference_elmo import SequenceBatch
 
 SENTENCES = [["The", "cat", "sat", "."], ["Dogs", "bark"], ["Über", "naïve", "café", "😀", "x", "y"]]
 
@@ -124,7 +125,9 @@ def test_lstm_cell_scan_matches_a_plain_cell(implementation):
     packed = torch.stack([inputs[row][step] for step, active in enumerate(batch_sizes) for row in range(active)])
     initial = (torch.randn(3, 3), torch.randn(3, 5))
     with torch.no_grad():
-        outputs, (hidden, cell) = cell_module(packed, batch_sizes, initial)
+        batch = SequenceBatch(torch.tensor(lengths), steps=4, packed=True)
+        assert batch.batch_sizes == batch_sizes
+        outputs, (hidden, cell) = cell_module(packed, batch, initial)
     input_weight, projection = cell_module.input_to_gates.weight.detach(), cell_module.projection.weight.detach()
     weight, bias = cell_module.hidden_to_gates.weight.detach(), cell_module.hidden_to_gates.bias.detach()
     positions = [[sum(batch_sizes[:step]) + row for step in range(length)] for row, length in enumerate(lengths)]

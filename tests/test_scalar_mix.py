@@ -180,3 +180,33 @@ def test_model_outputs_instead_of_layers_are_refused(tiny_model, tokenizer):
         ElmoScalarMix(3)(outputs)
     with pytest.raises(TypeError, match="output_hidden_states=True"):
         ElmoScalarMix(3)(outputs.hidden_states)
+
+
+@pytest.mark.parametrize("layer_norm", ["Token", "layer", "bogus", ""])
+def test_layer_norms_the_config_refuses_are_refused(layer_norm):
+    with pytest.raises(ValueError, match=r"layer_norm must be one of \(None, 'token', 'batch'\)"):
+        ElmoScalarMix(3, layer_norm=layer_norm)
+
+
+@pytest.mark.parametrize("count", [0, -1, 2.0, True])
+def test_a_mix_of_no_layers_is_refused(count):
+    with pytest.raises(ValueError, match="at least one layer to mix"):
+        ElmoScalarMix(count)
+
+
+def test_fixed_weights_of_the_wrong_length_are_refused():
+    with pytest.raises(ValueError, match="fixed_weights has 2 values for 3 layers"):
+        ElmoScalarMix(3, fixed_weights=[0.0, 1.0])
+
+
+def test_layers_of_different_shapes_are_refused():
+    layers = [torch.zeros(2, 4, 6), torch.zeros(2, 4, 6), torch.zeros(2, 4, 1)]
+    with pytest.raises(ValueError, match=r"layers of one shape, got shapes \[\(2, 4, 6\), \(2, 4, 6\), \(2, 4, 1\)\]"):
+        ElmoScalarMix(3)(layers)
+
+
+@pytest.mark.parametrize("shape", [(2, 5), (4, 2), (2, 4, 1)])
+def test_a_mask_of_the_wrong_shape_is_refused(shape):
+    layers = [torch.zeros(2, 4, 6)] * 3
+    with pytest.raises(ValueError, match=r"mask must have the layers' shape without their last axis, \(2, 4\)"):
+        ElmoScalarMix(3, layer_norm="batch")(layers, torch.ones(shape, dtype=torch.bool))

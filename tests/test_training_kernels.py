@@ -8,15 +8,19 @@ from conftest import tiny_config
 from torch import nn
 from torch.nn.utils import parametrize
 
-from elmo_hf import ElmoForPreTraining, modeling_elmo
+from elmo_hf import ElmoForPreTraining, cpu_kernels, training_kernels
 from elmo_hf.cli import run_subcommand
 from elmo_hf.corpus.data import DataCollatorForElmoPreTraining, ElmoWordVocabulary
+from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, Implementation, choose_implementation
 from elmo_hf.modeling_elmo import ElmoLstmCellWithProjection
-from elmo_hf.training_kernels import LstmWithProjectionFunction, fused_lstm_with_projection
+from elmo_hf.reference_elmo import LstmLinears, SequenceBatch
+from elmo_hf.training_kernels import LstmWithProjectionFunction
 
-# Rows of lengths 6, 6, 4, 3, 3, 1 and one of length 0 (its state passes through untouched, as in the reference).
+# Rows of lengths 6, 6, 5, 4, 4, 3 and one of length 0 (its state passes through untouched, as in the reference).
+BATCH = SequenceBatch(torch.tensor([6, 6, 5, 4, 4, 3, 0]), steps=6, packed=True)
 BATCH_SIZES = [6, 6, 6, 5, 3, 2]
 BATCH_SIZE = 7
+assert BATCH.batch_sizes == BATCH_SIZES
 
 
 @pytest.fixture(autouse=True)
@@ -32,9 +36,17 @@ def one_thread():
 def fused_calls(monkeypatch) -> list[int]:
     """One entry per call of the training kernel by `modeling_elmo`."""
     calls = []
-    kernel = modeling_elmo.fused_lstm_with_projection
-    monkeypatch.setattr(modeling_elmo, "fused_lstm_with_projection", lambda *args: calls.append(1) or kernel(*args))
+    kernel = RECURRENCE_IMPLEMENTATIONS["training"]
+    recorded = Implementation(lambda *args: calls.append(1) or kernel.function(*args), kernel.supports)
+    monkeypatch.setitem(RECURRENCE_IMPLEMENTATIONS, "training", recorded)
     return calls
+
+
+def fused_lstm_with_projection(cell: ElmoLstmCellWithProjection, inputs, hidden, memory):
+    """The training kernel on `cell`'s weights, as the cell would call it."""
+    linears = LstmLinears(cell.input_to_gates, cell.hidden_to_gates, cell.projection)
+    kernel = training_kernels.fused_lstm_with_projection
+    return kernel(inputs, BATCH, (hidden, memory), linears, cell.cell_clip, cell.projection_clip)
 
 
 def random_cell(dtype: torch.dtype, cell_clip: float | None = 0.6, projection_clip: float | None = 0.4):
@@ -60,7 +72,7 @@ def reference_run(cell: ElmoLstmCellWithProjection, inputs, hidden, memory):
     """The reference forward under autograd (`elmo_implementation="eager"`)."""
     cell.config.elmo_implementation = "eager"
     try:
-        outputs, (final_hidden, final_cell) = cell(inputs, BATCH_SIZES, (hidden, memory))
+        outputs, (final_hidden, final_cell) = cell(inputs, BATCH, (hidden, memory))
     finally:
         cell.config.elmo_implementation = "auto"
     return outputs, final_hidden, final_cell
@@ -98,7 +110,7 @@ def test_forward_is_the_reference_bit_for_bit_and_gradients_are_autograds(dtype)
     cell = random_cell(dtype)
     inputs, hidden, memory = random_inputs(dtype)
     expected = reference_run(cell, inputs, hidden, memory)
-    actual = fused_lstm_with_projection(cell, inputs, BATCH_SIZES, (hidden, memory))
+    actual = fused_lstm_with_projection(cell, inputs, hidden, memory)
     actual = (actual[0], *actual[1])
     for value, reference in zip(actual, expected, strict=True):
         assert torch.equal(value, reference)
@@ -138,13 +150,19 @@ def test_a_pretraining_step_equals_the_reference_step(fused_calls):
         torch.testing.assert_close(gradient, gradients[1][name], rtol=1e-5, atol=1e-6, msg=name)
 
 
+def inference_kernel(cell: ElmoLstmCellWithProjection) -> bool:
+    """Whether the dispatcher gives `cell` the CPU inference kernel."""
+    chosen = choose_implementation(RECURRENCE_IMPLEMENTATIONS, cell, True, *random_inputs(torch.float32))
+    return chosen is cpu_kernels.lstm_with_projection
+
+
 def test_dispatcher_takes_the_kernel_only_where_it_computes_the_same(fused_calls):
     cell = random_cell(torch.float32)
 
     def fused(cell=cell, dtype=torch.float32) -> bool:
         fused_calls.clear()
         inputs, hidden, memory = random_inputs(dtype)
-        cell(inputs, BATCH_SIZES, (hidden, memory))
+        cell(inputs, BATCH, (hidden, memory))
         return bool(fused_calls)
 
     assert fused()
@@ -155,9 +173,9 @@ def test_dispatcher_takes_the_kernel_only_where_it_computes_the_same(fused_calls
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not fused()  # the reference's products run in bfloat16
         with torch.no_grad():  # nor do the inference kernels run under autocast
-            assert not modeling_elmo.use_cpu_kernels(cell, *random_inputs(torch.float32))
+            assert not inference_kernel(cell)
     with torch.no_grad():
-        assert modeling_elmo.use_cpu_kernels(cell, *random_inputs(torch.float32))
+        assert inference_kernel(cell)
     cell.config.elmo_implementation = "eager"
     assert not fused()
     cell.config.elmo_implementation = "auto"
@@ -181,7 +199,7 @@ def test_dispatcher_takes_the_kernel_only_where_it_computes_the_same(fused_calls
 def test_double_backward_is_refused_and_the_reference_supports_it():
     cell = random_cell(torch.float64)
     inputs, hidden, memory = random_inputs(torch.float64)
-    outputs, _ = cell(inputs, BATCH_SIZES, (hidden, memory))
+    outputs, _ = cell(inputs, BATCH, (hidden, memory))
     (gradient,) = torch.autograd.grad(outputs.square().sum(), inputs, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable"):
         gradient.sum().backward()
@@ -215,9 +233,9 @@ def test_saved_tensor_hooks_see_what_the_backward_keeps():
         return tensor.clone()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        outputs, _ = fused_lstm_with_projection(cell, inputs, BATCH_SIZES, (hidden, memory))
+        outputs, _ = fused_lstm_with_projection(cell, inputs, hidden, memory)
     assert (sum(BATCH_SIZES), 3, 7) in packed and len(packed) == 13  # both clips: no None among them
     hooked = torch.autograd.grad(outputs.sum(), [inputs, *cell.parameters()])
-    outputs, _ = fused_lstm_with_projection(cell, inputs, BATCH_SIZES, (hidden, memory))
+    outputs, _ = fused_lstm_with_projection(cell, inputs, hidden, memory)
     for gradient, plain in zip(hooked, torch.autograd.grad(outputs.sum(), [inputs, *cell.parameters()]), strict=True):
         assert torch.equal(gradient, plain)

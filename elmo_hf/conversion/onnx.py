@@ -14,7 +14,7 @@
 """`elmo-hf export-onnx`: a converted ELMo folder (the base model or a head) to an ONNX graph, `onnx/model.onnx`
 inside the folder (where the Hub and transformers.js look for it) unless another folder is given.
 
-The model is traced with `torch.export` (which takes the model's export path, see `use_export_path`) with dynamic
+The model is traced with `torch.export` (which takes the model's padded-batch path, see `kernels_elmo.uses_padded_batches`) with dynamic
 batch and word-count dimensions, converted by `torch.onnx.export(..., dynamo=True)` at opset `ONNX_OPSET`, and
 checked in onnxruntime against the eager model before it is moved into place.
 

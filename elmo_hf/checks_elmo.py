@@ -1,0 +1,243 @@
+# Copyright 2026 The elmo-hf Authors. ELMo by Peters et al. (2018), Allen Institute for AI.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The checks of `modeling_elmo`'s inputs and arguments: each raises a clear error naming the problem and what to do,
+before a module computes anything with what it cannot read correctly."""
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import ModelOutput
+
+from .configuration_elmo import SCALAR_MIX_LAYER_NORMS, ElmoConfig
+from .reference_elmo import LstmState, WordsFirst
+
+
+def check_model_inputs(
+    config: ElmoConfig,
+    input_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    check_values: bool = True,
+    model: nn.Module | None = None,
+):
+    """Raises a clear error for inputs the model `model` cannot read correctly, and for tracing. `check_values=False`
+    checks types and shapes only: the checks of values (id range, a mask marking an all-zero word) read the data,
+    which a traced graph cannot do (the export path under `torch.export` or `torch.compile`)."""
+    if input_ids is None:
+        raise ValueError(
+            f"{type(model).__name__} needs input_ids of shape (batch_size, sequence_length, {config.row_width})."
+        )
+    if torch.jit.is_tracing():
+        raise RuntimeError(
+            "ELMo cannot be traced (torch.jit.trace, torch.onnx.export(..., dynamo=False)): a trace fixes the "
+            "traced batch's sentence lengths into the graph, which is then wrong for other inputs. Export with "
+            "`elmo-hf export-onnx`, torch.onnx.export(..., dynamo=True) or torch.export.export."
+        )
+    if not isinstance(input_ids, torch.Tensor):
+        raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+        raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
+    # The largest id the rows hold (plain comparisons: torch.compile cannot trace `max` over tuples).
+    largest, name = config.char_vocab_size - 1, "character ids"
+    if config.word_embedding_vocab_size - 1 >= largest:
+        largest, name = config.word_embedding_vocab_size - 1, "word ids"
+    if torch.iinfo(input_ids.dtype).max < largest:
+        raise TypeError(
+            f"input_ids has dtype {input_ids.dtype}, which cannot hold {name} up to {largest}, so its values have "
+            "wrapped around; keep the torch.long ids ElmoTokenizer returns."
+        )
+    if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(
+            f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
+            "return_tensors='pt' or pass torch.tensor(attention_mask)."
+        )
+    chars, width = config.max_characters_per_token, config.row_width
+    if input_ids.dim() != 3:
+        raise ValueError(
+            f"input_ids must have shape (batch_size, sequence_length, {width}): one row of ids per word, as "
+            f"ElmoTokenizer returns; got shape {tuple(input_ids.shape)}."
+        )
+    if input_ids.shape[0] == 0:
+        raise ValueError("input_ids is an empty batch (batch_size 0); pass at least one sentence.")
+    if input_ids.shape[-1] != width:
+        words = " and the word id" if config.word_embedding_dim else ""
+        raise ValueError(
+            f"input_ids has {input_ids.shape[-1]} ids per word, but this model reads {width} "
+            f"(max_characters_per_token={chars}{words}); tokenize with the tokenizer saved with the model."
+        )
+    if not check_values:
+        return
+    for name, ids, size in (
+        ("character", input_ids[..., :chars], config.char_vocab_size),
+        ("word", input_ids[..., chars:], config.word_embedding_vocab_size),
+    ):
+        if ids.numel():
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= size:
+                raise ValueError(
+                    f"input_ids holds {name} ids outside 0..{size - 1} (found {low}..{high}); ELMo ids come from "
+                    "the tokenizer saved with the model."
+                )
+    if attention_mask is not None:
+        if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
+            raise ValueError(
+                f"attention_mask must have shape (batch_size, sequence_length) = {tuple(input_ids.shape[:2])}, "
+                f"got {tuple(attention_mask.shape)}."
+            )
+        if (attention_mask.bool() & (input_ids == 0).all(-1)).any():
+            raise ValueError(
+                "attention_mask marks a word whose character ids are all 0 (a padding row); padding rows must "
+                "have attention_mask 0."
+            )
+
+
+def initial_lstm_state(
+    config: ElmoConfig, lstm_state: LstmState | None, batch_size: int, like: torch.Tensor
+) -> LstmState:
+    """The state each row starts from: row i of `lstm_state` for row i, zeros for rows it does not have."""
+    shapes = (
+        (2 * config.num_layers, config.projection_dim),
+        (2 * config.num_layers, config.lstm_dim),
+    )
+    if lstm_state is None:
+        return tuple(like.new_zeros(rows, batch_size, dim) for rows, dim in shapes)
+    if not isinstance(lstm_state, (tuple, list)) or len(lstm_state) != 2:
+        raise TypeError("lstm_state must be the (h, c) pair of a previous output's lstm_state.")
+    state = []
+    for tensor, (rows, dim), name in zip(lstm_state, shapes, ("h", "c")):
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 3 or (tensor.shape[0], tensor.shape[2]) != (
+            rows,
+            dim,
+        ):
+            shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ValueError(f"lstm_state {name} must have shape ({rows}, batch_size, {dim}), got {shape}.")
+        tensor = tensor[:, :batch_size].to(like)
+        missing = batch_size - tensor.shape[1]
+        if missing:
+            tensor = torch.cat([tensor, tensor.new_zeros(rows, missing, dim)], dim=1)
+        state.append(tensor)
+    return tuple(state)
+
+
+def check_mix_arguments(num_representations: int, layer_norm: str | None, fixed_weights: list[float] | None):
+    """Raises a clear error for an `ElmoScalarMix` that cannot be built."""
+    if isinstance(num_representations, bool) or not isinstance(num_representations, int) or num_representations < 1:
+        raise ValueError(
+            f"ElmoScalarMix needs at least one layer to mix, got num_representations={num_representations!r}."
+        )
+    if layer_norm not in SCALAR_MIX_LAYER_NORMS:
+        raise ValueError(f"layer_norm must be one of {SCALAR_MIX_LAYER_NORMS}, got {layer_norm!r}.")
+    if fixed_weights is not None and len(fixed_weights) != num_representations:
+        raise ValueError(
+            f"fixed_weights has {len(fixed_weights)} values for {num_representations} layers; give one pre-softmax "
+            "scalar per layer."
+        )
+
+
+def check_mix_inputs(mix: nn.Module, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor | None):
+    """Raises a clear error for what the `ElmoScalarMix` `mix` cannot use."""
+    if hidden_states is None or isinstance(hidden_states, ModelOutput):
+        raise TypeError(
+            "ElmoScalarMix takes the model's layers: call the model with output_hidden_states=True and pass "
+            "outputs.hidden_states."
+        )
+    if len(hidden_states) != mix.scalar_parameters.shape[0]:
+        raise ValueError(
+            f"ElmoScalarMix mixes {mix.scalar_parameters.shape[0]} layers, got {len(hidden_states)}."
+        )
+    shapes = [tuple(layer.shape) for layer in hidden_states]
+    if any(shape != shapes[0] for shape in shapes):
+        raise ValueError(f"ElmoScalarMix mixes layers of one shape, got shapes {shapes}.")
+    if mask is not None and tuple(mask.shape) != tuple(hidden_states[0].shape[:-1]):
+        raise ValueError(
+            f"mask must have the layers' shape without their last axis, {tuple(hidden_states[0].shape[:-1])} "
+            f"(batch_size, sequence_length), got {tuple(mask.shape)}."
+        )
+    if mask is None and mix.layer_norm == "batch":
+        raise ValueError("layer_norm='batch' needs the word mask: pass the tokenizer's attention_mask as mask.")
+    trains = torch.is_grad_enabled() and (mix.scalar_parameters.requires_grad or mix.gamma.requires_grad)
+    if trains and any(layer.is_inference() for layer in hidden_states):
+        raise RuntimeError(
+            "ElmoScalarMix got layers computed under torch.inference_mode(), which cannot train its weights. "
+            "Compute them under torch.no_grad() instead (the biLM stays frozen), or also run the mix under "
+            "torch.inference_mode() if you only need its output; a fixed mix (ElmoScalarMix.top_layer, "
+            ".average, .from_weights) takes them anywhere."
+        )
+
+
+def check_right_padded(mask: torch.Tensor):
+    """Raises unless every row of the `(batch_size, sequence_length)` word mask has its words first."""
+    if WordsFirst(mask, packed=True).order is not None:
+        raise ValueError("ElmoForPreTraining needs right-padded batches: every row's words first, then padding.")
+
+
+def check_labels_type(labels: torch.Tensor):
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(
+            f"labels must be a torch.Tensor, got {type(labels).__name__}; pass torch.tensor(labels) (the data "
+            "collators return tensors)."
+        )
+
+
+def check_label_ids(labels: torch.Tensor, num_labels: int):
+    valid = (labels == -100) | ((labels >= 0) & (labels < num_labels))
+    if not bool(valid.all()):
+        bad = labels[~valid][0].item()
+        raise ValueError(
+            f"labels hold id {bad}, outside 0..{num_labels - 1} (num_labels={num_labels}) "
+            "and not -100 (ignored); set id2label/label2id (or num_labels) in the config to match your labels."
+        )
+
+
+def check_sequence_labels(labels: torch.Tensor, batch_size: int, num_labels: int):
+    check_labels_type(labels)
+    if labels.dim() == 0:
+        raise ValueError(
+            "labels is a 0-dim tensor; it needs a batch axis, shape (batch_size,) or (batch_size, num_labels), "
+            "e.g. torch.tensor([label]) for one sentence."
+        )
+    if labels.shape[0] != batch_size:
+        raise ValueError(f"labels has {labels.shape[0]} rows for a batch of {batch_size} sentences.")
+    if labels.dtype.is_floating_point:
+        if labels.dim() == 2 and labels.shape[1] != num_labels:
+            raise ValueError(
+                f"multi-label labels must have shape (batch_size, num_labels={num_labels}), got "
+                f"{tuple(labels.shape)}."
+            )
+        return
+    if labels.dim() != 1:
+        raise ValueError(f"class-id labels must have shape (batch_size,), got {tuple(labels.shape)}.")
+    check_label_ids(labels, num_labels)
+
+
+def check_pretraining_labels(
+    labels: torch.Tensor | None, backward_labels: torch.Tensor | None, mask: torch.Tensor, word_vocab_size: int
+):
+    expected = (mask.shape[0], mask.shape[1] + 1)
+    for name, value in (("labels", labels), ("backward_labels", backward_labels)):
+        if value is None:
+            raise ValueError(
+                "ElmoForPreTraining needs both labels (forward targets) and backward_labels, or neither; "
+                "DataCollatorForElmoPreTraining makes both."
+            )
+        if tuple(value.shape) != expected:
+            raise ValueError(
+                f"{name} must have shape (batch_size, sequence_length + 1) = {expected}, got {tuple(value.shape)}."
+            )
+        valid = (value == -100) | ((value >= 0) & (value < word_vocab_size))
+        if not bool(valid.all()):
+            raise ValueError(
+                f"{name} holds word id {int(value[~valid][0])}, outside 0..{word_vocab_size - 1} "
+                "(word_vocab_size) and not -100; the vocabulary does not match this model's softmax."
+            )
+    if not bool(((labels == -100) == (backward_labels == -100)).all()):
+        raise ValueError("labels and backward_labels must mark the same positions -100.")

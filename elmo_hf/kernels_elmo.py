@@ -1,0 +1,144 @@
+# Copyright 2026 The elmo-hf Authors. ELMo by Peters et al. (2018), Allen Institute for AI.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Which implementation computes ELMo's token layer and recurrence: one table per computation, one dispatcher.
+
+Every implementation of a table has the signature of its reference in `reference_elmo.py` and gives its results
+(`tests/test_implementations.py` runs them all against it). The dispatcher, `choose_implementation`, is the only
+place that decides; it takes the reference unless the call provably computes what the reference computes with a
+faster implementation:
+
+1. while `torch.export` or `torch.compile` traces, an implementation that supports tracing (the `scan` of a padded
+   batch), else the reference, which calls the modules' layers so the tracer sees them;
+2. otherwise the reference when `config.elmo_implementation` is not `"auto"`, or the module runs anything the kernels
+   do not read: a replaced, wrapped or parametrized layer (PEFT adapters, quantised or pruned layers), a forward or
+   backward hook (of its layers or global), a tensor subclass, a torch function or dispatch mode, `torch.func`
+   transforms, autocast, TorchScript;
+3. otherwise the first implementation of the table whose `supports` accepts the call (`KernelRequest`: dtype, device,
+   autograd recording, layout): capability first, so a kernel runs only where this machine can run it, and the
+   answer depends on nothing but the call and the machine, the same in every process.
+
+A new kernel (a GPU one, say) is one more entry in a table, with its own `supports`. (Imports name what they take,
+`from .file import name`: `transformers` copies a saved folder's remote code by following imports of that form.)
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from .cpu_kernels import encode_words, lstm_with_projection
+from .cpu_kernels import supports as cpu_supports
+from .export_kernels import scan_recurrence
+from .export_kernels import supports as scan_supports
+from .reference_elmo import KernelRequest, lstm_recurrence, token_layer
+from .training_kernels import fused_lstm_with_projection
+from .training_kernels import supports as training_supports
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One implementation of a computation: the function (the reference's signature) and its capability check."""
+
+    function: Callable
+    supports: Callable[[KernelRequest], bool]
+
+
+def _always(request: KernelRequest) -> bool:
+    return True
+
+
+# In order of preference; the reference last, supporting every call.
+RECURRENCE_IMPLEMENTATIONS: dict[str, Implementation] = {
+    "cpu": Implementation(lstm_with_projection, cpu_supports),
+    "training": Implementation(fused_lstm_with_projection, training_supports),
+    "scan": Implementation(scan_recurrence, scan_supports),
+    "reference": Implementation(lstm_recurrence, _always),
+}
+TOKEN_LAYER_IMPLEMENTATIONS: dict[str, Implementation] = {
+    "cpu": Implementation(encode_words, cpu_supports),
+    "reference": Implementation(token_layer, _always),
+}
+
+# The layers whose computation the kernels read from their weights: exactly these classes (a subclass may compute
+# anything) hold the weights a kernel uses.
+LEAF_LAYERS = (nn.Linear, nn.Conv1d, nn.Embedding, nn.ModuleList)
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks")
+_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def traced() -> bool:
+    """Whether `torch.export` or `torch.compile` is tracing the call."""
+    return torch.compiler.is_exporting() or torch.compiler.is_compiling()
+
+
+def uses_padded_batches(config) -> bool:
+    """The batch layout (`reference_elmo.SequenceBatch`): padded under `torch.export` (and so
+    `torch.onnx.export(..., dynamo=True)`) or with `config.elmo_implementation == "export"` (e.g. for
+    `torch.compile(fullgraph=True)`), packed otherwise."""
+    return torch.compiler.is_exporting() or config.elmo_implementation == "export"
+
+
+def runs_as_written(module: nn.Module, tensors: Iterable[torch.Tensor]) -> bool:
+    """Whether `module` computes exactly what its stock layers' weights say, for these tensors: each submodule is a
+    leaf layer of `LEAF_LAYERS` or an ELMo module of `module`'s own file, of exactly that class, not parametrized,
+    without hooks (nor global ones); no tensor subclass, sparse tensor or mixed floating dtype; no TorchScript,
+    `torch.func` transform, torch function or dispatch mode, or autocast."""
+    if torch.jit.is_tracing() or torch.jit.is_scripting() or torch._C._functorch.peek_interpreter_stack() is not None:
+        return False
+    if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+        return False
+    if any(getattr(nn.modules.module, name) for name in _GLOBAL_HOOKS):
+        return False
+    for submodule in module.modules():
+        if type(submodule) not in LEAF_LAYERS and type(submodule).__module__ != type(module).__module__:
+            return False
+        if parametrize.is_parametrized(submodule) or any(getattr(submodule, name) for name in _MODULE_HOOKS):
+            return False
+    tensors = [*tensors, *module.parameters()]
+    dtype = tensors[-1].dtype
+    if torch.is_autocast_enabled(tensors[-1].device.type):
+        return False
+    return all(
+        type(tensor) in (torch.Tensor, nn.Parameter)
+        and tensor.layout == torch.strided
+        and tensor.device == tensors[-1].device
+        and (tensor.dtype == dtype or not tensor.is_floating_point())
+        for tensor in tensors
+    )
+
+
+def choose_implementation(
+    table: dict[str, Implementation], module: nn.Module, packed: bool, *tensors: torch.Tensor
+) -> Callable:
+    """The dispatcher: the function of `table` that computes `module`'s call on `tensors` (its inputs; `module`'s
+    parameters are checked too) over a packed or padded batch. See the module docstring for the rules."""
+    tracing = traced()
+    if not tracing and (module.config.elmo_implementation != "auto" or not runs_as_written(module, tensors)):
+        return table["reference"].function
+    parameter = next(module.parameters())
+    recording = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *module.parameters()))
+    request = KernelRequest(parameter.dtype, parameter.device, recording, packed, tracing)
+    return next(implementation.function for implementation in table.values() if implementation.supports(request))
+
+
+__all__ = [
+    "Implementation",
+    "RECURRENCE_IMPLEMENTATIONS",
+    "TOKEN_LAYER_IMPLEMENTATIONS",
+    "choose_implementation",
+    "runs_as_written",
+    "uses_padded_batches",
+]

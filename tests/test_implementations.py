@@ -1,0 +1,271 @@
+"""The contract of `kernels_elmo.py`: every registered implementation of the recurrence and of the token layer gives
+the reference's results on random inputs (float32 and float64 where it supports them, bfloat16 where this CPU does;
+packed and padded; with and without a state; clips active), and the dispatcher takes the reference wherever a kernel
+could compute something else or this CPU cannot run it."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import MIXED_SENTENCES, encode, tiny_config
+from torch import nn
+
+from elmo_hf import ElmoModel, cpu_kernels
+from elmo_hf.kernels_elmo import (
+    RECURRENCE_IMPLEMENTATIONS,
+    TOKEN_LAYER_IMPLEMENTATIONS,
+    Implementation,
+    choose_implementation,
+)
+from elmo_hf.modeling_elmo import ElmoCharacterEncoder, ElmoLstmCellWithProjection
+from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence, token_layer
+
+LENGTHS = [6, 6, 5, 4, 4, 3, 0, 1]  # a row without tokens: its state passes through
+DTYPES = [torch.float32, torch.float64] + ([torch.bfloat16] if cpu_kernels.bfloat16_supported() else [])
+CPU = torch.device("cpu")
+
+
+def assert_relatively_close(actual: torch.Tensor, expected: torch.Tensor):
+    """Within 1e-6 of the reference relative to its largest value (float32 and float64: a product summed in another
+    order differs in the last bits), 4e-2 in bfloat16 (5 of its rounding steps, over a recurrence)."""
+    relative = 4e-2 if expected.dtype == torch.bfloat16 else 1e-6
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    difference = float((actual.detach().double() - expected.double()).abs().max())
+    scale = float(expected.double().abs().max())
+    assert difference <= relative * scale, f"differs by {difference:.3g}, the reference's largest value is {scale:.3g}"
+
+
+def requests(dtype: torch.dtype, packed: bool) -> list[KernelRequest]:
+    """Every kind of call with this dtype and layout: inference or training, eager or traced."""
+    both = (False, True)
+    return [KernelRequest(dtype, CPU, recording, packed, traced) for recording in both for traced in both]
+
+
+def supported(implementation: Implementation, dtype: torch.dtype, packed: bool) -> KernelRequest | None:
+    return next((request for request in requests(dtype, packed) if implementation.supports(request)), None)
+
+
+def random_linears(dtype: torch.dtype) -> LstmLinears:
+    """Linear maps of odd sizes with weights large enough that both clips cut some values and leave others."""
+    torch.manual_seed(0)
+    linears = LstmLinears(nn.Linear(5, 28, bias=False), nn.Linear(5, 28), nn.Linear(7, 5, bias=False))
+    for linear in linears:
+        nn.init.normal_(linear.weight, std=0.7)
+        linear.to(dtype)
+    return linears
+
+
+def random_batch(dtype: torch.dtype, packed: bool, with_state: bool):
+    """Inputs of one direction in the layout, the layout and an initial state (random, or zeros)."""
+    generator = torch.Generator().manual_seed(1)
+    lengths = torch.tensor(LENGTHS)
+    batch = SequenceBatch(lengths, max(LENGTHS), packed)
+    tokens = torch.randn(len(LENGTHS), max(LENGTHS), 5, generator=generator, dtype=torch.float64)
+    tokens = tokens * (torch.arange(max(LENGTHS)) < lengths.unsqueeze(1)).unsqueeze(-1)
+    state = [torch.randn(1, len(LENGTHS), dim, generator=generator, dtype=torch.float64) for dim in (5, 7)]
+    if not with_state:
+        state = [torch.zeros_like(tensor) for tensor in state]
+    state = tuple(batch.sorted_rows(tensor)[0].to(dtype) for tensor in state)
+    return batch.directions(tokens.to(dtype))[0], batch, state
+
+
+@pytest.mark.parametrize("name", [name for name in RECURRENCE_IMPLEMENTATIONS if name != "reference"])
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
+@pytest.mark.parametrize("with_state", [True, False], ids=["state", "zero-state"])
+def test_every_recurrence_gives_the_reference_results(name, packed, with_state):
+    implementation = RECURRENCE_IMPLEMENTATIONS[name]
+    runs = 0
+    for dtype in DTYPES:
+        request = supported(implementation, dtype, packed)
+        if request is None:
+            continue
+        linears = random_linears(dtype)
+        inputs, batch, state = random_batch(dtype, packed, with_state)
+        with torch.no_grad():
+            expected = lstm_recurrence(inputs, batch, state, linears, 0.6, 0.4)
+            clipped = expected[0].abs() == 0.4
+            assert clipped.any() and not clipped.all()  # the projection clip is active
+        with torch.set_grad_enabled(request.recording):
+            if request.recording:
+                inputs = inputs.requires_grad_()
+            actual = implementation.function(inputs, batch, state, linears, 0.6, 0.4)
+        for value, reference in zip((actual[0], *actual[1]), (expected[0], *expected[1]), strict=True):
+            assert_relatively_close(value, reference)
+        runs += 1
+    # Each implementation runs in float32 or float64 in at least one layout.
+    assert runs or supported(implementation, torch.float32, not packed) or supported(
+        implementation, torch.float64, not packed
+    )
+
+
+def encoder_and_ids(dtype: torch.dtype, **config) -> tuple[ElmoCharacterEncoder, torch.Tensor]:
+    torch.manual_seed(0)
+    encoder = ElmoCharacterEncoder(tiny_config(**config)).to(dtype).eval()
+    for parameter in encoder.parameters():
+        nn.init.normal_(parameter, std=0.5)
+    width = encoder.config.row_width
+    word_ids = torch.randint(1, 262, (11, width))
+    if config.get("word_embedding_dim"):
+        word_ids[:, -1] = torch.randint(1, config["word_embedding_vocab_size"], (11,))
+    return encoder, word_ids
+
+
+def token_layer_arguments(encoder: ElmoCharacterEncoder, word_ids: torch.Tensor, monkeypatch) -> tuple:
+    """The arguments the encoder gives the token layer (recorded from its call of the reference)."""
+    arguments = []
+    reference = TOKEN_LAYER_IMPLEMENTATIONS["reference"]
+    recorded = Implementation(lambda *args: arguments.append(args) or reference.function(*args), reference.supports)
+    monkeypatch.setitem(TOKEN_LAYER_IMPLEMENTATIONS, "reference", recorded)
+    encoder.config.elmo_implementation = "eager"
+    with torch.no_grad():
+        encoder(word_ids)
+    encoder.config.elmo_implementation = "auto"
+    monkeypatch.setitem(TOKEN_LAYER_IMPLEMENTATIONS, "reference", reference)
+    return arguments[0]
+
+
+@pytest.mark.parametrize("name", [name for name in TOKEN_LAYER_IMPLEMENTATIONS if name != "reference"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {"word_embedding_dim": 3, "word_embedding_vocab_size": 9, "boundary_input_ids": [[1] * 51, [2] * 51]},
+        {"activation": "relu"},
+    ],
+    ids=["characters", "word-embeddings", "relu"],
+)
+def test_every_token_layer_gives_the_reference_results(name, config, monkeypatch):
+    implementation = TOKEN_LAYER_IMPLEMENTATIONS[name]
+    runs = 0
+    for dtype in DTYPES:
+        if supported(implementation, dtype, packed=True) is None:
+            continue
+        encoder, word_ids = encoder_and_ids(dtype, **config)
+        word_ids, layers, chunk_size = token_layer_arguments(encoder, word_ids, monkeypatch)
+        with torch.no_grad():
+            expected = token_layer(word_ids, layers, chunk_size)
+            for chunks in (chunk_size, 3, None):
+                assert_relatively_close(implementation.function(word_ids, layers, chunks), expected)
+        runs += 1
+    assert runs
+
+
+def test_the_reference_token_layer_is_the_same_in_chunks_and_at_once(monkeypatch):
+    encoder, word_ids = encoder_and_ids(torch.float64)
+    word_ids, layers, _ = token_layer_arguments(encoder, word_ids, monkeypatch)
+    with torch.no_grad():
+        chunked, whole = token_layer(word_ids, layers, 2), token_layer(word_ids, layers, None)
+    torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=0)
+
+
+def chosen(table: dict[str, Implementation], module: nn.Module, *tensors: torch.Tensor) -> str:
+    """The name of the table's entry the dispatcher chooses for a packed batch."""
+    function = choose_implementation(table, module, True, *tensors)
+    return next(name for name, implementation in table.items() if implementation.function is function)
+
+
+def test_the_dispatcher_takes_the_reference_wherever_a_kernel_could_differ():
+    cell = ElmoLstmCellWithProjection(tiny_config()).eval()
+    inputs = torch.randn(4, 8)
+    with torch.no_grad():
+        assert chosen(RECURRENCE_IMPLEMENTATIONS, cell, inputs) == "cpu"
+    assert chosen(RECURRENCE_IMPLEMENTATIONS, cell, inputs) == "training"  # autograd records the weights
+    cell.requires_grad_(False)
+    assert chosen(RECURRENCE_IMPLEMENTATIONS, cell, inputs) == "cpu"
+    assert chosen(RECURRENCE_IMPLEMENTATIONS, cell, inputs.requires_grad_()) == "training"
+    cell.requires_grad_(True)
+    with torch.no_grad():
+        assert chosen(RECURRENCE_IMPLEMENTATIONS, cell.double(), inputs.double()) == "reference"  # no float64 kernel
+        cell.float()
+        cell.config.elmo_implementation = "eager"
+        assert chosen(RECURRENCE_IMPLEMENTATIONS, cell, inputs) == "reference"
+        cell.config.elmo_implementation = "auto"
+        handle = cell.hidden_to_gates.register_forward_pre_hook(lambda *args: None)
+        assert chosen(RECURRENCE_IMPLEMENTATIONS, cell, inputs) == "reference"
+        handle.remove()
+
+        class Wrapped(nn.Module):  # what PEFT and quantisation do: a layer of another class in the linear's place
+            def __init__(self, linear: nn.Linear):
+                super().__init__()
+                self.base_layer = linear
+
+            def forward(self, inputs):
+                return self.base_layer(inputs)
+
+        projection = cell.projection
+        cell.projection = Wrapped(projection)
+        assert chosen(RECURRENCE_IMPLEMENTATIONS, cell, inputs) == "reference"
+        cell.projection = projection
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert chosen(RECURRENCE_IMPLEMENTATIONS, cell, inputs) == "reference"
+        assert chosen(RECURRENCE_IMPLEMENTATIONS, cell, inputs) == "cpu"
+        encoder = ElmoCharacterEncoder(tiny_config()).eval()
+        word_ids = torch.randint(1, 262, (3, 50))
+        assert chosen(TOKEN_LAYER_IMPLEMENTATIONS, encoder, word_ids) == "cpu"
+        handle = encoder.char_cnn.register_forward_hook(lambda *args: None)
+        assert chosen(TOKEN_LAYER_IMPLEMENTATIONS, encoder, word_ids) == "reference"
+        handle.remove()
+    assert chosen(TOKEN_LAYER_IMPLEMENTATIONS, encoder, word_ids) == "reference"  # no training kernel for it
+
+
+def test_padded_batches_run_the_reference_in_eager_mode():
+    cell = ElmoLstmCellWithProjection(tiny_config()).eval()
+    with torch.no_grad():
+        assert choose_implementation(RECURRENCE_IMPLEMENTATIONS, cell, False, torch.randn(3, 2, 8)) is lstm_recurrence
+
+
+def test_bfloat16_runs_the_kernels_only_where_the_cpu_computes_it(monkeypatch):
+    cell = ElmoLstmCellWithProjection(tiny_config()).to(torch.bfloat16).eval()
+    inputs = torch.randn(4, 8, dtype=torch.bfloat16)
+    with torch.no_grad():
+        native = cpu_kernels.bfloat16_supported()
+        assert chosen(RECURRENCE_IMPLEMENTATIONS, cell, inputs) == ("cpu" if native else "reference")
+        monkeypatch.setattr(cpu_kernels, "bfloat16_supported", lambda: False)
+        assert chosen(RECURRENCE_IMPLEMENTATIONS, cell, inputs) == "reference"
+
+
+def test_bfloat16_on_a_cpu_without_it_runs_the_reference_close_to_float32(tiny_model, tokenizer, monkeypatch):
+    """Issue: on a CPU without AVX-512 BF16 (simulated), `model.to(torch.bfloat16)` under `inference_mode` ran the
+    CPU kernels, which oneDNN refuses there; it must run the reference, close to float32."""
+    monkeypatch.setattr(cpu_kernels, "bfloat16_supported", lambda: False)
+    calls = []
+    for table in (TOKEN_LAYER_IMPLEMENTATIONS, RECURRENCE_IMPLEMENTATIONS):
+        kernel = table["cpu"]
+        function = kernel.function
+        recorded = Implementation(lambda *args, function=function: calls.append(1) or function(*args), kernel.supports)
+        monkeypatch.setitem(table, "cpu", recorded)
+    inputs = encode(tokenizer, MIXED_SENTENCES)
+    other = ElmoModel(tiny_config()).eval()
+    other.load_state_dict(tiny_model.state_dict())
+    other.to(torch.bfloat16)
+    with torch.inference_mode():
+        expected = tiny_model(**inputs).last_hidden_state
+        calls.clear()
+        actual = other(**inputs).last_hidden_state
+    assert not calls and actual.dtype == torch.bfloat16 and torch.isfinite(actual).all()
+    torch.testing.assert_close(actual.float(), expected, atol=0.1, rtol=0)
+
+
+def test_the_choice_is_the_same_in_fresh_processes():
+    """Capability first: the choice depends on the call and the machine only, never on timing."""
+    script = """
+import torch
+from conftest import tiny_config
+from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, choose_implementation
+from elmo_hf.modeling_elmo import ElmoLstmCellWithProjection
+cell = ElmoLstmCellWithProjection(tiny_config()).eval()
+names = []
+for dtype in (torch.float32, torch.float64, torch.bfloat16):
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            inputs = torch.randn(2, 8, dtype=dtype)
+            function = choose_implementation(RECURRENCE_IMPLEMENTATIONS, cell.to(dtype), True, inputs)
+        names.append(function.__name__)
+print(" ".join(names))
+"""
+    runs = [
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd="tests").stdout
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1] and runs[0].split()[0] == "lstm_with_projection"
