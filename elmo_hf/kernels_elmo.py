@@ -39,6 +39,12 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from . import cpu_kernels, export_kernels, training_kernels
+from .gpu_kernels import (
+    fused_recurrence,
+    supports_fused_recurrence,
+    supports_token_layer_without_tf32,
+    token_layer_without_tf32,
+)
 from .reference_elmo import KernelRequest, lstm_recurrence, token_layer
 
 
@@ -57,12 +63,14 @@ def _always(request: KernelRequest) -> bool:
 # In order of preference; the reference last, supporting every call.
 RECURRENCE_IMPLEMENTATIONS: dict[str, Implementation] = {
     "cpu": Implementation(cpu_kernels.lstm_with_projection, cpu_kernels.supports),
+    "triton": Implementation(fused_recurrence, supports_fused_recurrence),
     "training": Implementation(training_kernels.fused_lstm_with_projection, training_kernels.supports),
     "scan": Implementation(export_kernels.scan_recurrence, export_kernels.supports),
     "reference": Implementation(lstm_recurrence, _always),
 }
 TOKEN_LAYER_IMPLEMENTATIONS: dict[str, Implementation] = {
     "cpu": Implementation(cpu_kernels.encode_words, cpu_kernels.supports),
+    "without-tf32": Implementation(token_layer_without_tf32, supports_token_layer_without_tf32),
     "reference": Implementation(token_layer, _always),
 }
 
