@@ -37,6 +37,7 @@ runs the model's own layers, whose convolutions follow torch's cuDNN flag.
 
 import functools
 import importlib.util
+import math
 
 import torch
 from torch.nn import functional
@@ -85,11 +86,12 @@ def fused_recurrence(
     longest first) step `t` updates the first `batch_sizes[t]` rows, so a finished row keeps its final state; in a
     padded one every row runs and the mask keeps a finished row's state.
     """
-    from .triton_kernels import cdiv, cell_kernel, output_kernel, tl
+    from .triton_kernels import compiled
 
+    kernels = compiled()
     gate_inputs = linears.input_to_gates(inputs)
     hidden, cell = (tensor.contiguous().clone() for tensor in initial_state)
-    compute = tl.float64 if inputs.dtype == torch.float64 else tl.float32
+    compute = kernels.float64 if inputs.dtype == torch.float64 else kernels.float32
     lstm_dim, projection_dim = cell.shape[1], hidden.shape[1]
     if batch.packed:
         outputs = gate_inputs.new_empty(gate_inputs.shape[0], projection_dim)
@@ -108,12 +110,12 @@ def fused_recurrence(
         masked = step_running is not None
         recurrent = linears.hidden_to_gates(hidden[:rows])
         cell_output = torch.empty_like(cell[:rows])
-        cell_kernel[(cdiv(rows * lstm_dim, BLOCK),)](
+        kernels.cell[(math.ceil(rows * lstm_dim / BLOCK),)](
             step_inputs.contiguous(), recurrent.contiguous(), cell, cell_output, step_running, rows, lstm_dim,
             cell_clip or 0.0, CLIP=cell_clip is not None, MASKED=masked, COMPUTE=compute, BLOCK=BLOCK,
         )  # fmt: skip
         projected = cell_output if linears.projection is None else linears.projection(cell_output)
-        output_kernel[(cdiv(rows * projection_dim, BLOCK),)](
+        kernels.output[(math.ceil(rows * projection_dim / BLOCK),)](
             projected.contiguous(), hidden, step_outputs, step_running, rows, projection_dim,
             projection_clip or 0.0, CLIP=projection_clip is not None, MASKED=masked, COMPUTE=compute, BLOCK=BLOCK,
         )  # fmt: skip

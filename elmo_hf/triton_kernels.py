@@ -13,28 +13,56 @@
 # limitations under the License.
 """The Triton kernels of `gpu_kernels.fused_recurrence`: one step's elementwise work of the LSTM with projection.
 
-Imported only when the fused recurrence runs (its `supports` asks for Triton first), so the model imports without
-Triton. Triton reads `TRITON_INTERPRET` as this file is imported: with `TRITON_INTERPRET=1` the kernels run on CPU
-tensors in its interpreter, which is how the tests check them against the reference.
+Triton is imported, and the kernels made, on the first call of `compiled` (the fused recurrence's `supports` asks for
+Triton first), so the model imports and runs without Triton. Triton reads `TRITON_INTERPRET` then: with
+`TRITON_INTERPRET=1` the kernels run on CPU tensors in its interpreter, which is how the tests check them against the
+reference. The kernels' `tl.constexpr` annotations stay unevaluated until Triton reads them (hence the `__future__`
+import).
 """
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError as error:
-    raise ImportError("the fused GPU recurrence needs Triton: `pip install triton`") from error
+from __future__ import annotations
 
-cdiv = triton.cdiv
+import functools
+from typing import Any, NamedTuple
+
+# Bound by `compiled` on first use; the kernels read them as globals.
+triton = tl = sigmoid = gate = None
 
 
-@triton.jit
-def sigmoid(x):
-    """`tl.sigmoid`'s formula in this file, so that the interpreter runs it even where `triton.language` was imported
-    before `TRITON_INTERPRET` was set (its own functions are then compiled-only)."""
+class Kernels(NamedTuple):
+    """The kernels as Triton made them (launched as `kernel[grid](...)`), and the compute dtypes they take."""
+
+    cell: Any
+    output: Any
+    float32: Any
+    float64: Any
+
+
+@functools.cache
+def compiled() -> Kernels:
+    """The kernels as Triton kernels (or, under `TRITON_INTERPRET=1`, its interpreter's)."""
+    global triton, tl, sigmoid, gate
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError as error:
+        raise ImportError("the fused GPU recurrence needs Triton: `pip install triton`") from error
+    sigmoid, gate = triton.jit(sigmoid_of), triton.jit(gate_of)
+    return Kernels(triton.jit(cell_kernel), triton.jit(output_kernel), tl.float32, tl.float64)
+
+
+def sigmoid_of(x):
+    """`tl.sigmoid`'s formula, here so that the interpreter runs it even where `triton.language` was imported before
+    `TRITON_INTERPRET` was set (its own functions are then compiled-only)."""
     return 1 / (1 + tl.exp(-x))
 
 
-@triton.jit
+def gate_of(gate_inputs, recurrent, offsets, inside, COMPUTE: tl.constexpr):
+    """One gate's pre-activation, `gate_inputs + recurrent` at `offsets`, in the compute dtype."""
+    gate_input = tl.load(gate_inputs + offsets, mask=inside).to(COMPUTE)
+    return gate_input + tl.load(recurrent + offsets, mask=inside).to(COMPUTE)
+
+
 def cell_kernel(
     gate_inputs, recurrent, cell, hidden, running, rows, lstm_dim, cell_clip,
     CLIP: tl.constexpr, MASKED: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
@@ -47,22 +75,21 @@ def cell_kernel(
     inside = offsets < rows * lstm_dim
     row = offsets // lstm_dim
     gate_offsets = offsets + row * 3 * lstm_dim  # element (row, j) of the first gate of a (rows, 4 * lstm_dim) row
-    gates = []
-    for k in tl.static_range(4):
-        gate_input = tl.load(gate_inputs + gate_offsets + k * lstm_dim, mask=inside).to(COMPUTE)
-        gates.append(gate_input + tl.load(recurrent + gate_offsets + k * lstm_dim, mask=inside).to(COMPUTE))
+    input_gate = gate(gate_inputs, recurrent, gate_offsets, inside, COMPUTE)
+    forget_gate = gate(gate_inputs, recurrent, gate_offsets + lstm_dim, inside, COMPUTE)
+    candidate = gate(gate_inputs, recurrent, gate_offsets + 2 * lstm_dim, inside, COMPUTE)
+    output_gate = gate(gate_inputs, recurrent, gate_offsets + 3 * lstm_dim, inside, COMPUTE)
     old_cell = tl.load(cell + offsets, mask=inside).to(COMPUTE)
-    new_cell = sigmoid(gates[1]) * old_cell + sigmoid(gates[0]) * (2 * sigmoid(2 * gates[2]) - 1)
+    new_cell = sigmoid(forget_gate) * old_cell + sigmoid(input_gate) * (2 * sigmoid(2 * candidate) - 1)
     if CLIP:
         new_cell = tl.minimum(tl.maximum(new_cell, -cell_clip), cell_clip)
     if MASKED:
         new_cell = tl.where(tl.load(running + row, mask=inside) != 0, new_cell, old_cell)
     tl.store(cell + offsets, new_cell.to(cell.dtype.element_ty), mask=inside)
-    output = sigmoid(gates[3]) * (2 * sigmoid(2 * new_cell) - 1)
+    output = sigmoid(output_gate) * (2 * sigmoid(2 * new_cell) - 1)
     tl.store(hidden + offsets, output.to(hidden.dtype.element_ty), mask=inside)
 
 
-@triton.jit
 def output_kernel(
     projected, state, outputs, running, rows, projection_dim, projection_clip,
     CLIP: tl.constexpr, MASKED: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
@@ -83,4 +110,4 @@ def output_kernel(
     tl.store(outputs + offsets, value.to(outputs.dtype.element_ty), mask=inside)
 
 
-__all__ = ["cdiv", "cell_kernel", "output_kernel", "tl"]
+__all__ = ["Kernels", "compiled"]
