@@ -189,19 +189,19 @@ def training_rows(args, device: torch.device, limits: dict) -> list[str]:
             elmo = ElmoForPreTraining(config).train().to(device)
             stock = TorchLstmBiLm(config).train().to(device)
             on_device = {key: value.to(device) for key, value in batch.items()}
-            builds = [
-                ("elmo-hf", elmo, lambda: elmo(**on_device).loss),
-                # its forward makes index tensors without a device: made on the GPU by the device context
-                ("cuDNN nn.LSTM", stock, lambda: stock(**on_device)),
-            ]
+
+            def stock_loss():
+                with device:  # its forward makes index tensors without naming a device: on the GPU here
+                    return stock(**on_device)
+
+            builds = [("elmo-hf", elmo, lambda: elmo(**on_device).loss), ("cuDNN nn.LSTM", stock, stock_loss)]
             optimizers = [torch.optim.Adam(model.parameters(), lr=1e-4) for _, model, _ in builds]
             times = [[] for _ in builds]
             for step in range(args.train_steps + 1):  # the first step warms up
                 for (_, _, loss_of), optimizer, build_times in zip(builds, optimizers, times):
                     synchronize(device)
                     start = time.perf_counter()
-                    with device:
-                        loss_of().backward()
+                    loss_of().backward()
                     optimizer.step()
                     optimizer.zero_grad()
                     synchronize(device)
