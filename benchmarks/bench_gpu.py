@@ -24,12 +24,14 @@ What it prints:
   (3x forward FLOPs), and the ratio;
 - exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
-  dispatched, float32 through the reference modules, and bfloat16; and whether the global flags (TF32, matmul
-  precision, cuDNN) are as before the run.
+  dispatched, float32 through the reference modules, and bfloat16; the Triton recurrence (compiled, on the GPU)
+  against the reference on one direction of the architecture's sizes, float32, bfloat16 and float64, packed and
+  padded; and whether the global flags (TF32, matmul precision, cuDNN) are as before the run.
 """
 
 import argparse
 import copy
+import os
 import statistics
 import sys
 import time
@@ -49,7 +51,7 @@ from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer  # 
 from elmo_hf.gpu_kernels import triton_available  # noqa: E402
 from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS  # noqa: E402
 from elmo_hf.pretraining import PRESETS  # noqa: E402
-from elmo_hf.reference_elmo import KernelRequest  # noqa: E402
+from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 VOCABULARY_SIZE = 10_002
@@ -217,6 +219,40 @@ def training_rows(args, device: torch.device, limits: dict) -> list[str]:
     return rows
 
 
+def kernel_rows(args, device: torch.device) -> list[str]:
+    """The Triton recurrence against the reference on this device: one LSTM direction of the architecture's sizes,
+    random weights, 64 rows (4 on a CPU, in Triton's interpreter) of random lengths, both clips active, packed and
+    padded; max abs difference of outputs and final states (the contract test checks the same on small sizes)."""
+    config = ElmoConfig(**PRESETS[args.architecture])
+    generator = torch.Generator().manual_seed(0)
+    num_rows = 64 if device.type == "cuda" else 4
+    lengths = torch.randint(1, 40, (num_rows,), generator=generator)
+    recurrence = RECURRENCE_IMPLEMENTATIONS["triton"].function
+    linears = LstmLinears(
+        nn.Linear(config.projection_dim, 4 * config.lstm_dim, bias=False),
+        nn.Linear(config.projection_dim, 4 * config.lstm_dim),
+        nn.Linear(config.lstm_dim, config.projection_dim, bias=False),
+    )
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        for packed in (True, False):
+            batch = SequenceBatch(lengths.to(device), int(lengths.max()), packed)
+            tokens = torch.randn(num_rows, int(lengths.max()), config.projection_dim, generator=generator)
+            inputs = batch.directions(tokens.to(device, dtype))[0]
+            dims = (config.projection_dim, config.lstm_dim)
+            state = tuple(torch.randn(num_rows, dim, generator=generator).to(device, dtype) for dim in dims)
+            for linear in linears:
+                linear.to(device, dtype)
+            with torch.inference_mode():
+                expected = lstm_recurrence(inputs, batch, state, linears, 3.0, 3.0)
+                actual = recurrence(inputs, batch, state, linears, 3.0, 3.0)
+            pairs = zip((actual[0], *actual[1]), (expected[0], *expected[1]))
+            difference = max((value.double() - truth.double()).abs().max().item() for value, truth in pairs)
+            layout = "packed" if packed else "padded"
+            rows.append(f"| {str(dtype).removeprefix('torch.')} | {layout} | {difference:.1e} |")
+    return rows
+
+
 def exactness_rows(args, device: torch.device) -> list[str]:
     """Max abs difference of each layer from float64 (and its ratio to the layer's largest float64 value), with default
     settings: float32 as dispatched, float32 through the reference modules (`elmo_implementation="eager"`, whose
@@ -227,12 +263,13 @@ def exactness_rows(args, device: torch.device) -> list[str]:
     torch.manual_seed(0)
     model = ElmoModel(config).eval().to(device)
     exact, eager = copy.deepcopy(model).double(), copy.deepcopy(model)
+    bfloat16 = copy.deepcopy(model).to(torch.bfloat16)
     exact.config.elmo_implementation = eager.config.elmo_implementation = "eager"
     mask = inputs["attention_mask"].bool()
     rows = []
     with torch.inference_mode():
         expected = exact(**inputs, output_hidden_states=True).hidden_states
-        for name, build in (("float32", model), ("float32 eager", eager), ("bfloat16", copy.deepcopy(model).to(torch.bfloat16))):
+        for name, build in (("float32", model), ("float32 eager", eager), ("bfloat16", bfloat16)):
             layers = build(**inputs, output_hidden_states=True).hidden_states
             cells = []
             for layer, truth in zip(layers, expected):
@@ -256,6 +293,8 @@ def main() -> int:
     parser.add_argument("--bandwidth-mib", type=int, default=1024)
     args = parser.parse_args()
     device = torch.device(args.device)
+    if device.type == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # the Triton kernels on CPU tensors, read as they are first made
     if device.type == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA GPU here (torch.cuda.is_available() is False): run bench_gpu.py on a GPU machine, or "
               "--device cpu for a smoke run of the code", file=sys.stderr)
@@ -295,6 +334,13 @@ def main() -> int:
     print("| dtype | " + " | ".join(f"layer {i}" for i in range(config.num_layers + 1)) + " |")
     print("|---|" + "---|" * (config.num_layers + 1))
     print("\n".join(exactness_rows(args, device)))
+    print("\nthe Triton recurrence against the reference (max abs difference of outputs and final states)")
+    if triton_available():
+        print("| dtype | batch | difference |")
+        print("|---|---|---|")
+        print("\n".join(kernel_rows(args, device)))
+    else:
+        print("Triton is not installed: not checked")
     print(f"\nglobal flags unchanged by the run: {'yes' if global_flags() == flags else f'no: {global_flags()}'}")
     return 0
 

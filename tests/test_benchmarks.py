@@ -62,6 +62,12 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     builds = [row[1].strip() for row in rows if row[0].strip() == "2" and len(row) == 7]
     assert builds == ["elmo-hf float32", "elmo-hf bfloat16", "cuDNN nn.LSTM float32"]
     assert [row[2].strip() for row in rows if row[0].strip() == "ptb"] == ["elmo-hf", "cuDNN nn.LSTM"]
-    float32 = next(row for row in rows if row[0].strip() == "float32")
+    float32 = next(row for row in rows if row[0].strip() == "float32")  # the exactness table's row
     assert all(float(cell.split()[0]) <= 1e-5 for cell in float32[1:])
+    # Triton vs reference
+    kernel = [(row[0].strip(), row[1].strip(), float(row[2])) for row in rows if len(row) == 3 and row[0] != " dtype "]
+    assert [(dtype, layout) for dtype, layout, _ in kernel] == [
+        (dtype, layout) for dtype in ("float32", "bfloat16", "float64") for layout in ("packed", "padded")
+    ]
+    assert all(difference <= (1e-6 if dtype != "bfloat16" else 2e-2) for dtype, _, difference in kernel)
     assert "global flags unchanged by the run: yes" in result.stdout
