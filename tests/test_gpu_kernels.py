@@ -119,14 +119,16 @@ from triton.compiler import ASTSource
 from elmo_hf.triton_kernels import compiled
 kernels = compiled()
 scalars = {"rows": "i32", "lstm_dim": "i32", "projection_dim": "i32", "cell_clip": "fp32", "projection_clip": "fp32"}
-scalars["running"] = "*i8"
 for pointer, compute in (("*fp32", kernels.float32), ("*bf16", kernels.float32), ("*fp64", kernels.float64)):
     for masked in (True, False):
+        # as the fused recurrence calls them: the mask of a padded batch, None (a constant to Triton) for a packed one
+        scalars["running"] = "*i8" if masked else "constexpr"
         constants = {"CLIP": True, "MASKED": masked, "COMPUTE": compute, "BLOCK": 1024}
+        constants |= {} if masked else {"running": None}
         for kernel in (kernels.cell, kernels.output):
             signature = {p.name: "constexpr" if p.is_constexpr else scalars.get(p.name, pointer)
                          for p in kernel.params}
-            source = ASTSource(kernel, signature, constexprs={name: constants[name] for name in constants})
+            source = ASTSource(kernel, signature, constexprs=constants)
             assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
 print("compiled")
 """
