@@ -43,6 +43,12 @@ from .cpu_kernels import encode_words, lstm_with_projection
 from .cpu_kernels import supports as cpu_supports
 from .export_kernels import scan_recurrence
 from .export_kernels import supports as scan_supports
+from .gpu_kernels import (
+    fused_recurrence,
+    supports_fused_recurrence,
+    supports_token_layer_without_tf32,
+    token_layer_without_tf32,
+)
 from .reference_elmo import KernelRequest, lstm_recurrence, token_layer
 from .training_kernels import fused_lstm_with_projection
 from .training_kernels import supports as training_supports
@@ -63,12 +69,14 @@ def _always(request: KernelRequest) -> bool:
 # In order of preference; the reference last, supporting every call.
 RECURRENCE_IMPLEMENTATIONS: dict[str, Implementation] = {
     "cpu": Implementation(lstm_with_projection, cpu_supports),
+    "triton": Implementation(fused_recurrence, supports_fused_recurrence),
     "training": Implementation(fused_lstm_with_projection, training_supports),
     "scan": Implementation(scan_recurrence, scan_supports),
     "reference": Implementation(lstm_recurrence, _always),
 }
 TOKEN_LAYER_IMPLEMENTATIONS: dict[str, Implementation] = {
     "cpu": Implementation(encode_words, cpu_supports),
+    "without-tf32": Implementation(token_layer_without_tf32, supports_token_layer_without_tf32),
     "reference": Implementation(token_layer, _always),
 }
 

@@ -1,5 +1,6 @@
 """The benchmark scripts run end to end and report agreement with the exact computation (speed is not asserted)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,34 @@ def test_recurrent_step_benchmark_compares_every_variant_with_the_cpu_kernel():
         "torch.compile step",
     ]
     assert all(float(row["max abs diff vs CPU kernel"]) <= 1e-5 for row in rows)
+
+
+def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_every_check():
+    """`bench_gpu.py` runs on a GPU machine only; here: `--help`, its one-line refusal without CUDA, and a smoke run
+    of all its code on the CPU (tiny sizes; the numbers mean nothing, the exactness and flag checks do)."""
+    script = [sys.executable, str(BENCHMARKS / "bench_gpu.py")]
+    helped = subprocess.run([*script, "--help"], capture_output=True, text=True, timeout=600)
+    assert helped.returncode == 0 and "--train-batch-sizes" in helped.stdout
+    without_cuda = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    refused = subprocess.run(script, capture_output=True, text=True, timeout=600, env=without_cuda)
+    # the last line (libraries may warn on import before it), no traceback
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1].startswith("error: no CUDA GPU here")
+    assert "Traceback" not in refused.stderr
+    smoke = "--device cpu --architecture small --sentences 6 --batch-sizes 2 --repeats 1 --train-architectures ptb "
+    smoke += "--train-batch-sizes 2 --train-steps 1 --matmul-size 128 --bandwidth-mib 8"
+    result = subprocess.run([*script, *smoke.split()], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    rows = [line.strip("|").split("|") for line in lines]
+    builds = [row[1].strip() for row in rows if row[0].strip() == "2" and len(row) == 7]
+    assert builds == ["elmo-hf float32", "elmo-hf bfloat16", "cuDNN nn.LSTM float32"]
+    assert [row[2].strip() for row in rows if row[0].strip() == "ptb"] == ["elmo-hf", "cuDNN nn.LSTM"]
+    float32 = next(row for row in rows if row[0].strip() == "float32")  # the exactness table's row
+    assert all(float(cell.split()[0]) <= 1e-5 for cell in float32[1:])
+    # Triton vs reference
+    kernel = [(row[0].strip(), row[1].strip(), float(row[2])) for row in rows if len(row) == 3 and row[0] != " dtype "]
+    assert [(dtype, layout) for dtype, layout, _ in kernel] == [
+        (dtype, layout) for dtype in ("float32", "bfloat16", "float64") for layout in ("packed", "padded")
+    ]
+    assert all(difference <= (1e-6 if dtype != "bfloat16" else 2e-2) for dtype, _, difference in kernel)
+    assert "global flags unchanged by the run: yes" in result.stdout

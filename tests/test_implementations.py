@@ -1,8 +1,10 @@
 """The contract of `kernels_elmo.py`: every registered implementation of the recurrence and of the token layer gives
 the reference's results on random inputs (float32 and float64 where it supports them, bfloat16 where this CPU does;
 packed and padded; with and without a state; clips active), and the dispatcher takes the reference wherever a kernel
-could compute something else or this CPU cannot run it."""
+could compute something else or this CPU cannot run it. GPU implementations run here on CPU tensors (Triton's kernels
+in its interpreter)."""
 
+import os
 import subprocess
 import sys
 
@@ -24,6 +26,8 @@ from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, ls
 LENGTHS = [6, 6, 5, 4, 4, 3, 0, 1]  # a row without tokens: its state passes through
 DTYPES = [torch.float32, torch.float64] + ([torch.bfloat16] if cpu_kernels.bfloat16_supported() else [])
 CPU = torch.device("cpu")
+# Triton reads TRITON_INTERPRET as it compiles a kernel file, imported on the first call of the fused recurrence.
+os.environ["TRITON_INTERPRET"] = "1"
 
 
 def assert_relatively_close(actual: torch.Tensor, expected: torch.Tensor):
@@ -37,9 +41,13 @@ def assert_relatively_close(actual: torch.Tensor, expected: torch.Tensor):
 
 
 def requests(dtype: torch.dtype, packed: bool) -> list[KernelRequest]:
-    """Every kind of call with this dtype and layout: inference or training, eager or traced."""
-    both = (False, True)
-    return [KernelRequest(dtype, CPU, recording, packed, traced) for recording in both for traced in both]
+    """Every kind of call with this dtype and layout: on CPU or CUDA, inference or training, eager or traced."""
+    return [
+        KernelRequest(dtype, device, recording, packed, traced)
+        for device in (CPU, torch.device("cuda"))
+        for recording in (False, True)
+        for traced in (False, True)
+    ]
 
 
 def supported(implementation: Implementation, dtype: torch.dtype, packed: bool) -> KernelRequest | None:

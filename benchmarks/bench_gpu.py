@@ -1,0 +1,349 @@
+"""ELMo on a GPU, in one run: inference and training speed as fractions of the GPU's measured limits, against the same
+architecture built from cuDNN LSTMs, and float32's distance from float64 with torch's default settings.
+
+    python benchmarks/bench_gpu.py                      # everything below, on the first CUDA device
+    python benchmarks/bench_gpu.py --sentences 512 --train-steps 2      # shorter
+
+Runs with the wheels a GPU machine has (torch 2.11 and transformers 5.17 were seen; Triton if present), offline.
+On a machine without CUDA it stops with one `error:` line (`--device cpu` runs the same code on a CPU, for the
+tests' smoke run; its numbers mean nothing).
+
+What it prints:
+- the GPU, torch, transformers and Triton versions, and which implementation the dispatcher of
+  `elmo_hf/kernels_elmo.py` takes for the recurrence and the token layer in float32 and bfloat16 inference;
+- the limits, measured now: matrix-product TFLOP/s of an 8192^3 product in float32 (torch's default: no TF32) and
+  bfloat16, and memory bandwidth (GB/s of a 1 GiB copy, bytes read plus written);
+- inference, original architecture (random weights), `--sentences` synthetic sentences (`bench_inference.py`'s
+  corpus, mean 25 words) in corpus order, tokenization included (the tokenizer's call and the copy to the GPU are
+  timed with the model): words/s for elmo-hf float32 and bfloat16 and the cuDNN build (float32: the same character
+  CNN, one `nn.LSTM(proj_size)` per layer and direction, no clipping), at each batch size; "of matmul" = useful
+  FLOP/s over the matrix-product limit of the row's dtype; "of BW" = the recurrent and projection weights each time
+  step reads, per second, over the bandwidth; peak GPU memory;
+- training, `ElmoForPreTraining` forward, backward and Adam step against the cuDNN build of `bench_training.py`
+  (same loss, no clipping), ptb and original architectures, at each training batch size: words/s, "of matmul"
+  (3x forward FLOPs), and the ratio;
+- exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
+  float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
+  dispatched, float32 through the reference modules, and bfloat16; the Triton recurrence (compiled, on the GPU)
+  against the reference on one direction of the architecture's sizes, float32, bfloat16 and float64, packed and
+  padded; and whether the global flags (TF32, matmul precision, cuDNN) are as before the run.
+"""
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import transformers  # noqa: E402
+from bench_inference import flops_per_word, recurrent_bytes_per_step, synthetic_corpus  # noqa: E402
+from bench_training import TorchLstmBiLm, forward_flops, sentences  # noqa: E402
+
+from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer  # noqa: E402
+from elmo_hf.gpu_kernels import triton_available  # noqa: E402
+from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS  # noqa: E402
+from elmo_hf.pretraining import PRESETS  # noqa: E402
+from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+VOCABULARY_SIZE = 10_002
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def seconds_of(run, device: torch.device, repeats: int = 1) -> float:
+    """The best of `repeats` timings of `run()` (after one untimed call), synchronized with the device."""
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        run()
+        synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def matmul_tflops(dtype: torch.dtype, device: torch.device, size: int) -> float:
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    return 2 * size**3 / seconds_of(lambda: a @ b, device, repeats=5) / 1e12
+
+
+def bandwidth_gbs(device: torch.device, num_bytes: int) -> float:
+    """Bytes read plus written per second by a copy of `num_bytes`."""
+    source = torch.ones(num_bytes // 4, device=device)
+    target = torch.empty_like(source)
+    return 2 * num_bytes / seconds_of(lambda: target.copy_(source), device, repeats=5) / 1e9
+
+
+def chosen(table: dict, dtype: torch.dtype, device: torch.device) -> str:
+    """The dispatcher's choice for inference on a packed batch of stock layers (`kernels_elmo.choose_implementation`
+    after its checks of the module)."""
+    request = KernelRequest(dtype, device, recording=False, packed=True, traced=False)
+    return next(name for name, implementation in table.items() if implementation.supports(request))
+
+
+def global_flags() -> dict:
+    return {
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn.enabled": torch.backends.cudnn.enabled,
+        "cudnn.benchmark": torch.backends.cudnn.benchmark,
+    }
+
+
+class CudnnBiLm(nn.Module):
+    """The inference biLM from stock layers: `bench_training.TorchLstmBiLm`'s token layer and `nn.LSTM`s (its
+    weights; its softmax, of three words, unused), run over the tokenizer's batches; returns the top layer of both
+    directions."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        config = copy.deepcopy(config)
+        config.word_vocab_size = 3
+        self.stock = TorchLstmBiLm(config)
+        self.boundaries = ElmoModel.boundary_char_ids_of(config)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        batch_size, length, chars = input_ids.shape
+        lengths = attention_mask.sum(1) + 2
+        steps = torch.arange(length + 2, device=input_ids.device)
+        # <S> words </S> in each row, padding after
+        padding = input_ids.new_zeros(batch_size, 1, chars)
+        char_ids = torch.cat([padding, input_ids, padding], 1)
+        char_ids[:, 0] = self.boundaries[0].to(input_ids.device)
+        char_ids[steps.unsqueeze(0) == lengths.unsqueeze(1) - 1] = self.boundaries[1].to(input_ids.device)
+        tokens = self.stock.token_encoder(char_ids.view(-1, chars)).view(batch_size, length + 2, -1)
+        reverse = torch.where(steps < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - steps, steps)
+        reverse = reverse.unsqueeze(-1).expand_as(tokens)
+        lengths = lengths.cpu()
+        forward_top = self.stock._direction(tokens, lengths, 0)
+        backward_top = self.stock._direction(tokens.gather(1, reverse), lengths, 1).gather(1, reverse)
+        return torch.cat([forward_top, backward_top], -1)
+
+
+def inference_rows(args, device: torch.device, limits: dict) -> list[str]:
+    """One table row per build and batch size; also the peak memory of each."""
+    config = ElmoConfig(**PRESETS[args.architecture])
+    corpus = synthetic_corpus(args.sentences)
+    words = sum(map(len, corpus))
+    tokenizer = ElmoTokenizer()
+    torch.manual_seed(0)
+    builds = {
+        "elmo-hf float32": ElmoModel(config).eval().to(device),
+        "elmo-hf bfloat16": ElmoModel(config).eval().to(device, torch.bfloat16),
+        "cuDNN nn.LSTM float32": CudnnBiLm(config).eval().to(device),
+    }
+    rows = []
+    for batch_size in args.batch_sizes:
+        batches = [corpus[start : start + batch_size] for start in range(0, len(corpus), batch_size)]
+        steps = sum(max(map(len, batch)) + 2 for batch in batches)
+
+        for name, model in builds.items():
+            dtype = torch.bfloat16 if "bfloat16" in name else torch.float32
+
+            def run(model=model):
+                for batch in batches:
+                    inputs = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+                    model(input_ids=inputs["input_ids"].to(device), attention_mask=inputs["attention_mask"].to(device))
+
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            with torch.inference_mode():
+                seconds = seconds_of(run, device, repeats=args.repeats)
+            peak = f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f}" if device.type == "cuda" else "n/a"
+            tflops = words / seconds * flops_per_word(config) / 1e12
+            streamed = steps / seconds * recurrent_bytes_per_step(config, torch.finfo(dtype).bits // 8) / 1e9
+            matmul = limits["bfloat16" if dtype == torch.bfloat16 else "float32"]
+            rows.append(
+                f"| {batch_size} | {name} | {words / seconds:,.0f} | {tflops:.2f} | {tflops / matmul:.1%} | "
+                f"{streamed / limits['bandwidth']:.1%} | {peak} |"
+            )
+    return rows
+
+
+def training_rows(args, device: torch.device, limits: dict) -> list[str]:
+    """One row per architecture and batch size: elmo-hf and the cuDNN build, steps interleaved."""
+    from elmo_hf.data_elmo import DataCollatorForElmoPreTraining, ElmoWordVocabulary
+
+    rows = []
+    for architecture in args.train_architectures:
+        config = ElmoConfig(**PRESETS[architecture], word_vocab_size=VOCABULARY_SIZE, pretraining_dropout=0.0)
+        for batch_size in args.train_batch_sizes:
+            text = sentences(batch_size)
+            words = sum(map(len, text))
+            vocabulary = ElmoWordVocabulary(["</S>", "<S>", "<UNK>", *dict.fromkeys(w for row in text for w in row)])
+            batch = DataCollatorForElmoPreTraining(vocabulary)([{"words": row} for row in text])
+            flops = 3 * forward_flops(config, words, len(text))
+            torch.manual_seed(0)
+            elmo = ElmoForPreTraining(config).train().to(device)
+            stock = TorchLstmBiLm(config).train().to(device)
+            on_device = {key: value.to(device) for key, value in batch.items()}
+
+            def stock_loss():
+                with device:  # its forward makes index tensors without naming a device: on the GPU here
+                    return stock(**on_device)
+
+            builds = [("elmo-hf", elmo, lambda: elmo(**on_device).loss), ("cuDNN nn.LSTM", stock, stock_loss)]
+            optimizers = [torch.optim.Adam(model.parameters(), lr=1e-4) for _, model, _ in builds]
+            times = [[] for _ in builds]
+            for step in range(args.train_steps + 1):  # the first step warms up
+                for (_, _, loss_of), optimizer, build_times in zip(builds, optimizers, times):
+                    synchronize(device)
+                    start = time.perf_counter()
+                    loss_of().backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+                    synchronize(device)
+                    if step:
+                        build_times.append(time.perf_counter() - start)
+            medians = [statistics.median(build_times) for build_times in times]
+            for (name, _, _), seconds in zip(builds, medians):
+                tflops = flops / seconds / 1e12
+                rows.append(
+                    f"| {architecture} | {batch_size} | {name} | {words / seconds:,.0f} | {tflops:.2f} | "
+                    f"{tflops / limits['float32']:.1%} | {medians[-1] / seconds:.2f}x |"
+                )
+    return rows
+
+
+def kernel_rows(args, device: torch.device) -> list[str]:
+    """The Triton recurrence against the reference on this device: one LSTM direction of the architecture's sizes,
+    random weights, 64 rows (4 on a CPU, in Triton's interpreter) of random lengths, both clips active, packed and
+    padded; max abs difference of outputs and final states (the contract test checks the same on small sizes)."""
+    config = ElmoConfig(**PRESETS[args.architecture])
+    generator = torch.Generator().manual_seed(0)
+    num_rows = 64 if device.type == "cuda" else 4
+    lengths = torch.randint(1, 40, (num_rows,), generator=generator)
+    recurrence = RECURRENCE_IMPLEMENTATIONS["triton"].function
+    linears = LstmLinears(
+        nn.Linear(config.projection_dim, 4 * config.lstm_dim, bias=False),
+        nn.Linear(config.projection_dim, 4 * config.lstm_dim),
+        nn.Linear(config.lstm_dim, config.projection_dim, bias=False),
+    )
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        for packed in (True, False):
+            batch = SequenceBatch(lengths.to(device), int(lengths.max()), packed)
+            tokens = torch.randn(num_rows, int(lengths.max()), config.projection_dim, generator=generator)
+            inputs = batch.directions(tokens.to(device, dtype))[0]
+            dims = (config.projection_dim, config.lstm_dim)
+            state = tuple(torch.randn(num_rows, dim, generator=generator).to(device, dtype) for dim in dims)
+            for linear in linears:
+                linear.to(device, dtype)
+            with torch.inference_mode():
+                expected = lstm_recurrence(inputs, batch, state, linears, 3.0, 3.0)
+                actual = recurrence(inputs, batch, state, linears, 3.0, 3.0)
+            pairs = zip((actual[0], *actual[1]), (expected[0], *expected[1]))
+            difference = max((value.double() - truth.double()).abs().max().item() for value, truth in pairs)
+            layout = "packed" if packed else "padded"
+            rows.append(f"| {str(dtype).removeprefix('torch.')} | {layout} | {difference:.1e} |")
+    return rows
+
+
+def exactness_rows(args, device: torch.device) -> list[str]:
+    """Max abs difference of each layer from float64 (and its ratio to the layer's largest float64 value), with default
+    settings: float32 as dispatched, float32 through the reference modules (`elmo_implementation="eager"`, whose
+    convolutions follow torch's cuDNN TF32 flag), and bfloat16."""
+    config = ElmoConfig(**PRESETS[args.architecture])
+    batch = synthetic_corpus(args.sentences)[:64]
+    inputs = ElmoTokenizer()(batch, is_split_into_words=True, padding=True, return_tensors="pt").to(device)
+    torch.manual_seed(0)
+    model = ElmoModel(config).eval().to(device)
+    exact, eager = copy.deepcopy(model).double(), copy.deepcopy(model)
+    bfloat16 = copy.deepcopy(model).to(torch.bfloat16)
+    exact.config.elmo_implementation = eager.config.elmo_implementation = "eager"
+    mask = inputs["attention_mask"].bool()
+    rows = []
+    with torch.inference_mode():
+        expected = exact(**inputs, output_hidden_states=True).hidden_states
+        for name, build in (("float32", model), ("float32 eager", eager), ("bfloat16", bfloat16)):
+            layers = build(**inputs, output_hidden_states=True).hidden_states
+            cells = []
+            for layer, truth in zip(layers, expected):
+                difference = (layer.double() - truth)[mask].abs().max().item()
+                cells.append(f"{difference:.1e} ({difference / truth[mask].abs().max().item():.1e})")
+            rows.append(f"| {name} | {' | '.join(cells)} |")
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run of the code only)")
+    parser.add_argument("--architecture", default="original", choices=sorted(PRESETS), help="of the inference rows")
+    parser.add_argument("--sentences", type=int, default=2048, help="inference corpus size")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 256])
+    parser.add_argument("--repeats", type=int, default=2, help="timed passes over the corpus; the best is reported")
+    parser.add_argument("--train-architectures", nargs="+", default=["ptb", "original"], choices=sorted(PRESETS))
+    parser.add_argument("--train-batch-sizes", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--train-steps", type=int, default=5, help="timed training steps per build (median)")
+    parser.add_argument("--matmul-size", type=int, default=8192)
+    parser.add_argument("--bandwidth-mib", type=int, default=1024)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # the Triton kernels on CPU tensors, read as they are first made
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("error: no CUDA GPU here (torch.cuda.is_available() is False): run bench_gpu.py on a GPU machine, or "
+              "--device cpu for a smoke run of the code", file=sys.stderr)
+        return 1
+    flags = global_flags()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke run: numbers mean nothing)"
+    triton = "absent"
+    if triton_available():
+        import triton as triton_module
+
+        triton = triton_module.__version__
+    print(f"device: {name}; torch {torch.__version__}, transformers {transformers.__version__}, Triton {triton}")
+    for dtype in DTYPES.values():
+        print(f"dispatcher, {str(dtype).removeprefix('torch.')} inference: recurrence "
+              f"{chosen(RECURRENCE_IMPLEMENTATIONS, dtype, device)}, token layer "
+              f"{chosen(TOKEN_LAYER_IMPLEMENTATIONS, dtype, device)}")
+    limits = {
+        "float32": matmul_tflops(torch.float32, device, args.matmul_size),
+        "bfloat16": matmul_tflops(torch.bfloat16, device, args.matmul_size),
+        "bandwidth": bandwidth_gbs(device, args.bandwidth_mib * 2**20),
+    }
+    print(f"limits: matmul {limits['float32']:.1f} TFLOP/s float32, {limits['bfloat16']:.1f} TFLOP/s bfloat16; "
+          f"bandwidth {limits['bandwidth']:,.0f} GB/s")
+
+    print(f"\ninference, {args.architecture}, {args.sentences} sentences in corpus order, tokenization included")
+    print("| batch | build | words/s | TFLOP/s | of matmul | of BW | peak GiB |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(inference_rows(args, device, limits)))
+
+    print("\ntraining step (forward, backward, Adam), float32")
+    print("| architecture | batch | build | words/s | TFLOP/s | of matmul | speed vs cuDNN |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(training_rows(args, device, limits)))
+
+    config = ElmoConfig(**PRESETS[args.architecture])
+    print("\nmax abs difference from float64 per layer (relative to the layer's largest value), default settings")
+    print("| dtype | " + " | ".join(f"layer {i}" for i in range(config.num_layers + 1)) + " |")
+    print("|---|" + "---|" * (config.num_layers + 1))
+    print("\n".join(exactness_rows(args, device)))
+    print("\nthe Triton recurrence against the reference (max abs difference of outputs and final states)")
+    if triton_available():
+        print("| dtype | batch | difference |")
+        print("|---|---|---|")
+        print("\n".join(kernel_rows(args, device)))
+    else:
+        print("Triton is not installed: not checked")
+    print(f"\nglobal flags unchanged by the run: {'yes' if global_flags() == flags else f'no: {global_flags()}'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
