@@ -302,7 +302,8 @@ def lstm_recurrence(
         for step_inputs_and_mask in zip(gate_inputs, batch.mask):
             state, output = masked_step(step, state, step_inputs_and_mask)
             outputs.append(output)
-        return torch.stack(outputs), state
+        # (steps, batch_size, projection_dim); a batch of only empty sentences has no step
+        return torch.stack(outputs) if outputs else state[0].new_zeros(0, *state[0].shape), state
     state, finished, position = initial_state, FinishedRows(), 0
     for active in batch.batch_sizes:
         state = step(gate_inputs[position : position + active], finished.running(state, active))

@@ -158,3 +158,14 @@ def test_bad_labels(name, labels, message, inputs):
     model, _ = build(name)
     with pytest.raises(ValueError, match=message):
         model(**inputs, labels=labels)
+
+
+@pytest.mark.parametrize("implementation", ["auto", "export"])
+def test_task_bilstm_on_a_batch_of_only_empty_texts(tokenizer, implementation):
+    """The padded (export) path's recurrence over zero steps: no output rows, the same as the packed path's."""
+    torch.manual_seed(0)
+    config = tiny_config(num_labels=3, task_lstm_dim=4, elmo_implementation=implementation)
+    model = ElmoForTokenClassification(config).eval()
+    with torch.no_grad():
+        logits = model(**tokenizer(["", "  "], padding=True, return_tensors="pt")).logits
+    assert logits.shape == (2, 0, 3)
