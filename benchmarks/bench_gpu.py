@@ -50,7 +50,7 @@ from bench_training import TorchLstmBiLm, forward_flops, sentences  # noqa: E402
 from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer  # noqa: E402
 from elmo_hf.gpu_kernels import triton_available  # noqa: E402
 from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS  # noqa: E402
-from elmo_hf.pretraining import PRESETS  # noqa: E402
+from elmo_hf.corpus.pretraining import PRESETS  # noqa: E402
 from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -176,7 +176,7 @@ def inference_rows(args, device: torch.device, limits: dict) -> list[str]:
 
 def training_rows(args, device: torch.device, limits: dict) -> list[str]:
     """One row per architecture and batch size: elmo-hf and the cuDNN build, steps interleaved."""
-    from elmo_hf.data_elmo import DataCollatorForElmoPreTraining, ElmoWordVocabulary
+    from elmo_hf.corpus.data import DataCollatorForElmoPreTraining, ElmoWordVocabulary
 
     rows = []
     for architecture in args.train_architectures:
