@@ -107,3 +107,9 @@ def read_only_folder(tmp_path, monkeypatch) -> Path:
 
     monkeypatch.setattr(os, "mkdir", refusing_mkdir)
     return folder
+
+
+@pytest.fixture(scope="module")
+def batch(tokenizer):
+    """Two sentences of 3 and 1 words, padded."""
+    return tokenizer(["Ann lives here", "Hi"], padding=True, return_tensors="pt")

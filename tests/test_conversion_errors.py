@@ -219,3 +219,14 @@ def test_full_disk_keeps_the_previous_output(tmp_path, capsys, monkeypatch):
     assert status == 1 and "No space left on device" in err
     assert {path.name: path.read_bytes() for path in (tmp_path / "out").iterdir()} == before
     assert [path.name for path in tmp_path.iterdir()] == ["out"]
+
+
+def test_nan_weights_are_reported_as_such_not_as_a_wrong_layout(tmp_path):
+    weights = tmp_path / "weights.hdf5"
+    weights.write_bytes((FIXTURES / "allennlp" / "lm_weights.hdf5").read_bytes())
+    with h5py.File(weights, "r+") as file:
+        file["CNN_proj/W_proj"][0, 0] = np.nan
+    with pytest.raises(ConversionError, match="NaN") as raised:
+        convert_checkpoint(FIXTURES / "allennlp" / "options.json", weights, tmp_path / "out")
+    assert "layout" not in str(raised.value)
+    assert not (tmp_path / "out").exists()

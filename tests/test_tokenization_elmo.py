@@ -429,3 +429,20 @@ def test_pickle_keeps_the_splitter_and_word_ids(tokenizer):
 def test_bad_inputs_raise_clear_errors(tokenizer, call, error, match):
     with pytest.raises(error, match=match):
         call(tokenizer)
+
+
+def test_empty_batch_has_a_two_dimensional_mask(tokenizer):
+    encoding = tokenizer([], return_tensors="pt", return_special_tokens_mask=True, return_offsets_mapping=True)
+    assert encoding["input_ids"].shape == (0, 0, 50)
+    assert encoding["attention_mask"].shape == (0, 0)
+    assert encoding["special_tokens_mask"].shape == (0, 0)
+    assert encoding["offset_mapping"].shape == (0, 0, 2)
+
+
+@pytest.mark.parametrize("max_length", [0, 1])
+def test_boundaries_that_cannot_fit_max_length_are_refused(max_length):
+    tokenizer = ElmoTokenizer(add_bos_eos=True)
+    with pytest.raises(ValueError, match=f"max_length={max_length} cannot hold the <S> and </S> rows"):
+        tokenizer("a b c", truncation=True, max_length=max_length)
+    assert len(tokenizer("a b c", truncation=True, max_length=2)["input_ids"]) == 2
+    assert len(tokenizer("a b c", truncation=True, max_length=1, add_special_tokens=False)["input_ids"]) == 1
