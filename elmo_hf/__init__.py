@@ -13,6 +13,7 @@
 # limitations under the License.
 """ELMo for Hugging Face transformers; importing the package registers it with the Auto classes."""
 
+import importlib
 import logging
 from contextlib import contextmanager
 
@@ -76,12 +77,29 @@ for auto_class, model_class in AUTO_CLASSES.items():
 __version__ = "0.1.0"
 
 
+# The library under the commands, imported on first use (Trainer, h5py and the exporters are not needed to run a
+# model): name -> its module.
+LIBRARY_FUNCTIONS = {
+    "embed_corpus": "corpus.embed",
+    "merge_shards": "corpus.embed",
+    "pretrain": "corpus.pretraining",
+    "corpus_perplexity": "corpus.perplexity",
+    "convert_checkpoint": "conversion.convert",
+    "convert_manylangs": "conversion.manylangs",
+    "export_original": "conversion.export",
+    "export_onnx": "conversion.onnx",
+}
+
+
 def __getattr__(name: str):
-    """`ElmoTokenClassificationPipeline` is imported on first use: importing transformers.pipelines takes seconds."""
+    """`ElmoTokenClassificationPipeline` and the library's functions (`LIBRARY_FUNCTIONS`) are imported on first use:
+    importing transformers.pipelines, Trainer or the exporters takes seconds."""
     if name == "ElmoTokenClassificationPipeline":
         from .pipeline_elmo import ElmoTokenClassificationPipeline
 
         return ElmoTokenClassificationPipeline
+    if name in LIBRARY_FUNCTIONS:
+        return getattr(importlib.import_module(f".{LIBRARY_FUNCTIONS[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -98,7 +116,15 @@ __all__ = [
     "ElmoScalarMix",
     "ElmoTokenClassificationPipeline",
     "ElmoTokenizer",
+    "convert_checkpoint",
+    "convert_manylangs",
+    "corpus_perplexity",
+    "embed_corpus",
+    "export_onnx",
+    "export_original",
+    "merge_shards",
     "packaged_model_path",
     "packaged_models",
+    "pretrain",
     "resolve_model_name",
 ]

@@ -53,3 +53,13 @@ def test_an_interrupt_is_exit_status_130(monkeypatch, capsys):
     monkeypatch.setattr(cli.COMMANDS["perplexity"], "run", run)
     assert cli.main(["perplexity", "--model", "m", "--text", "t"]) == 130
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_every_command_has_a_typed_library_function_at_the_package_level():
+    """What the commands run is importable as Python (`elmo_hf.embed_corpus(...)`), without argparse."""
+    import inspect
+
+    for name in elmo_hf.LIBRARY_FUNCTIONS:
+        function = getattr(elmo_hf, name)
+        assert callable(function) and function.__name__ == name
+        assert "argparse" not in inspect.getsource(inspect.getmodule(function))
