@@ -801,13 +801,7 @@ class EmbedRun:
             outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
         except (RuntimeError, ValueError) as error:
             raise EmbedRunError(f"the model failed on the batch of lines {keys} ({describe(error)})") from error
-        layers = self.settings["layers"]
-        if layers == "all":
-            selected = torch.stack(outputs.hidden_states, dim=1)
-        elif layers == "top":
-            selected = outputs.last_hidden_state
-        else:
-            selected = mix(outputs.hidden_states, attention_mask)
+        selected = select_layers(outputs, attention_mask, self.settings["layers"], mix)
         selected = selected.to(OUTPUT_DTYPES[self.settings["dtype"]])
         if not bool(torch.isfinite(selected).all()):
             hint = "; check the model"
@@ -889,6 +883,17 @@ def merge_shards(output: str | os.PathLike, world_size: int | None = None, overw
     for path in expected:
         path.unlink()
     return world_size
+
+
+def select_layers(outputs, attention_mask: torch.Tensor, layers: str, mix) -> torch.Tensor:
+    """The layers asked for (`LAYER_CHOICES`) from `ElmoModel`'s outputs, called with `output_hidden_states=True`:
+    `(batch_size, num_layers + 1, sequence_length, dim)` for `"all"`, `(batch_size, sequence_length, dim)` otherwise
+    (`mix`, an `ElmoScalarMix`, for `"average"` and `"mix"`)."""
+    if layers == "all":
+        return torch.stack(outputs.hidden_states, dim=1)
+    if layers == "top":
+        return outputs.last_hidden_state
+    return mix(outputs.hidden_states, attention_mask)
 
 
 def mix_for(layers: str, mix_weights: Sequence[float] | None, gamma: float, num_layers: int):

@@ -36,8 +36,9 @@ import torch
 from sentence_transformers.base.modules import InputModule
 
 from .. import ElmoModel, ElmoScalarMix, ElmoTokenizer
+from ..corpus.embed import select_layers
 from ..packaged_elmo import DEFAULT_MODEL
-from .vectors import layer_mix, load_elmo, select_layers
+from .vectors import layer_mix, load_elmo
 
 SENTENCE_LAYERS = ("average", "top", "mix", "learned")
 

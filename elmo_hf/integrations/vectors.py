@@ -22,10 +22,16 @@ import numpy as np
 import torch
 
 from .. import ElmoModel, ElmoScalarMix, ElmoTokenizer
-from ..corpus.embed import MODEL_DTYPES, OUTPUT_DTYPES, Sentence, length_grouped_batches, load_model
+from ..corpus.embed import (
+    LAYER_CHOICES,
+    MODEL_DTYPES,
+    OUTPUT_DTYPES,
+    Sentence,
+    length_grouped_batches,
+    load_model,
+    select_layers,
+)
 from ..packaged_elmo import resolve_model_name
-
-LAYERS = ("all", "top", "average", "mix")
 
 
 def default_device(device: str | torch.device | None) -> torch.device:
@@ -57,8 +63,8 @@ def layer_mix(
 ) -> ElmoScalarMix | None:
     """The fixed `ElmoScalarMix` of `layers="average"` or `"mix"` (`mix_weights`: the weights themselves, summing to
     1), or None for `"all"` and `"top"`; refuses a mix setting given where it does not apply."""
-    if layers not in LAYERS:
-        raise ValueError(f"layers must be one of {LAYERS}, got {layers!r}.")
+    if layers not in LAYER_CHOICES:
+        raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {layers!r}.")
     if layers != "mix":
         if mix_weights is not None or gamma != 1.0:
             raise ValueError(f"mix_weights and gamma apply to layers='mix' only, not layers={layers!r}.")
@@ -69,16 +75,6 @@ def layer_mix(
             f"layer first) summing to 1; got {mix_weights!r}."
         )
     return ElmoScalarMix.from_weights(list(mix_weights), gamma=gamma)
-
-
-def select_layers(outputs, attention_mask: torch.Tensor, layers: str, mix: ElmoScalarMix | None) -> torch.Tensor:
-    """The layers asked for from `ElmoModel`'s outputs (called with `output_hidden_states=True`): `(batch_size,
-    num_layers + 1, sequence_length, dim)` for `"all"`, `(batch_size, sequence_length, dim)` otherwise."""
-    if layers == "all":
-        return torch.stack(outputs.hidden_states, dim=1)
-    if layers == "top":
-        return outputs.last_hidden_state
-    return mix(outputs.hidden_states, attention_mask)
 
 
 class WordVectors:
@@ -172,4 +168,4 @@ class WordVectors:
             next_key += 1
 
 
-__all__ = ["LAYERS", "WordVectors", "check_settings", "default_device", "layer_mix", "load_elmo", "select_layers"]
+__all__ = ["WordVectors", "check_settings", "default_device", "layer_mix", "load_elmo"]
