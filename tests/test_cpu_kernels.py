@@ -2,6 +2,7 @@
 never serving stale weights, bounded on long inputs."""
 
 import gc
+import time
 
 import pytest
 import torch
@@ -290,3 +291,108 @@ def test_reordered_copies_are_kept_checked_and_freed():
     gc.collect()
     assert len(ReorderedWeights._kept) == kept - len(recurrent_weights)
 
+
+
+@pytest.fixture
+def fresh_thread_choices(monkeypatch):
+    """StepThreads with no choices or checks kept from earlier tests, and torch's thread count restored after."""
+    monkeypatch.setattr(cpu_kernels.StepThreads, "choices", {})
+    monkeypatch.setattr(cpu_kernels.StepThreads, "same_bits", {})
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def paced_step(seconds_by_threads: dict[int, float]):
+    """A step whose duration depends only on torch's thread count (as on a busy machine), returning its input."""
+
+    def step(value: torch.Tensor) -> torch.Tensor:
+        time.sleep(seconds_by_threads[1 if torch.get_num_threads() == 1 else 2])
+        return value + 1
+
+    return step
+
+
+@pytest.mark.parametrize("one_thread_faster", [True, False])
+def test_step_threads_settle_on_the_faster_count_and_restore_torchs(fresh_thread_choices, one_thread_faster):
+    torch.set_num_threads(2)
+    fast, slow = 2e-4, 2e-3
+    step = paced_step({1: fast, 2: slow} if one_thread_faster else {1: slow, 2: fast})
+    state = torch.ones(1)
+    counts = []
+    with cpu_kernels.StepThreads() as threads:
+        for _ in range(200):
+            state = threads.run("paced", 1, step, state, state=state)
+            counts.append(torch.get_num_threads())
+    assert state.item() == 201
+    assert torch.get_num_threads() == 2
+    settled = counts[-100:]
+    expected = 1 if one_thread_faster else 2
+    # After the first tries, the slower count runs only during the (ever rarer) tries: 3 steps at most here.
+    assert settled.count(expected) >= 97, counts
+
+
+def test_step_threads_keep_torchs_count_where_one_thread_gives_other_bits(fresh_thread_choices):
+    torch.set_num_threads(2)
+
+    counts = []
+
+    def step(value: torch.Tensor) -> torch.Tensor:  # one thread 10x faster, but rounding otherwise
+        counts.append(torch.get_num_threads())
+        time.sleep(2e-4 if torch.get_num_threads() == 1 else 2e-3)
+        return value + (1 if torch.get_num_threads() == 1 else 1 + 1e-6)
+
+    with cpu_kernels.StepThreads() as threads:
+        state = torch.ones(1)
+        for _ in range(40):
+            state = threads.run("other bits", 1, step, state, state=state)
+    assert counts == [2, 1] + [2] * 39  # the first step also ran with one thread, to compare
+    assert cpu_kernels.StepThreads.same_bits == {("other bits", torch.float32, 1, 2): False}
+
+
+def test_step_threads_check_bits_only_on_a_state_that_is_not_zero(fresh_thread_choices):
+    torch.set_num_threads(2)
+    step = paced_step({1: 0, 2: 0})
+    with cpu_kernels.StepThreads() as threads:
+        threads.run("zeros", 1, step, torch.zeros(1), state=torch.zeros(1))
+        assert cpu_kernels.StepThreads.same_bits == {}
+        threads.run("zeros", 1, step, torch.ones(1), state=torch.ones(1))
+    assert cpu_kernels.StepThreads.same_bits == {("zeros", torch.float32, 1, 2): True}
+
+
+def test_step_threads_restore_torchs_count_when_a_step_fails(fresh_thread_choices):
+    torch.set_num_threads(2)
+    cpu_kernels.StepThreads.same_bits[("failing", torch.float32, 1, 2)] = True
+    cpu_kernels.StepThreads.choices[("failing", torch.float32, 1, 2)] = [1, 8, 8]
+
+    def step(value):
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError), cpu_kernels.StepThreads() as threads:
+        threads.run("failing", 1, step, torch.ones(1), state=torch.ones(1))
+    assert torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_thread_count_of_a_step_never_changes_the_result(fresh_thread_choices, tokenizer, monkeypatch, dtype):
+    """The CPU recurrence with its steps on one thread, on torch's count and switching between them, gives the bits
+    of a run with a fixed count, on a published architecture's cell sizes and odd row counts."""
+    if dtype == torch.bfloat16 and not cpu_kernels.bfloat16_supported():
+        dtype = torch.float32
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(lstm_dim=1024, projection_dim=128, filters=[[1, 16], [2, 16]])).to(dtype).eval()
+    batch = encode(tokenizer, SENTENCES[:7])
+    expected = {}
+    for threads in (1, 2, 4):
+        torch.set_num_threads(threads)
+        cpu_kernels.StepThreads.same_bits.clear()
+        with torch.no_grad():
+            expected[threads] = model(**batch).last_hidden_state
+    assert torch.equal(expected[1], expected[2]) and torch.equal(expected[1], expected[4])
+    torch.set_num_threads(2)
+    monkeypatch.setattr(cpu_kernels.StepThreads, "FIRST_TRY", 1)
+    monkeypatch.setattr(cpu_kernels.StepThreads, "LONGEST_INTERVAL", 2)
+    for _ in range(3):  # tries every other step: the counts alternate within every call
+        with torch.no_grad():
+            assert torch.equal(model(**batch).last_hidden_state, expected[2])
+    assert cpu_kernels.StepThreads.same_bits and all(cpu_kernels.StepThreads.same_bits.values())
