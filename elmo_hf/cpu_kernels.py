@@ -430,33 +430,52 @@ def encode_words(word_ids: torch.Tensor, layers: TokenLayers, chunk_size: int | 
 
     Each convolution is one matrix product over all windows of all words of a chunk (faster on CPU than the direct
     convolution): window `k` of a word holds characters `k .. k + width - 1`, flattened as the `Conv1d` weight
-    `(num_filters, char_embedding_dim, width)` is.
+    `(num_filters, char_embedding_dim, width)` is. Full chunks run with the thread count `StepThreads` finds faster.
     """
-    convolutions = [
-        (conv.kernel_size[0], CpuLinear(conv.weight.reshape(conv.out_channels, -1), conv.bias))
-        for conv in layers.convolutions
-    ]
-    highway = [
-        (CpuLinear(gate.weight, gate.bias), CpuLinear(transform.weight, transform.bias))
-        for transform, gate in layers.highway_layers
-    ]
-    projection = CpuLinear(layers.projection.weight, layers.projection.bias)
-    activation = torch.relu if layers.activation == "relu" else torch.tanh
+    products = TokenLayerProducts(layers)
+    if chunk_size is None:
+        return products.encode(word_ids)
     chunks = []
-    for chunk in (word_ids,) if chunk_size is None else word_ids.split(chunk_size):
-        embedded = layers.char_embeddings(chunk[:, : layers.max_characters])
+    with StepThreads() as threads:
+        for chunk in word_ids.split(chunk_size):
+            if len(chunk) == chunk_size:
+                chunks.append(threads.run("token layer", chunk_size, products.encode, chunk, state=chunk))
+            else:
+                chunks.append(products.encode(chunk))
+    return torch.cat(chunks)
+
+
+class TokenLayerProducts:
+    """The token layer's products by oneDNN, from the leaf layers of `layers`: `encode` maps `(num_words, row_width)`
+    ids to `(num_words, projection_dim)` vectors."""
+
+    def __init__(self, layers: TokenLayers):
+        self.layers = layers
+        self.convolutions = [
+            (conv.kernel_size[0], CpuLinear(conv.weight.reshape(conv.out_channels, -1), conv.bias))
+            for conv in layers.convolutions
+        ]
+        self.highway = [
+            (CpuLinear(gate.weight, gate.bias), CpuLinear(transform.weight, transform.bias))
+            for transform, gate in layers.highway_layers
+        ]
+        self.projection = CpuLinear(layers.projection.weight, layers.projection.bias)
+        self.activation = torch.relu if layers.activation == "relu" else torch.tanh
+
+    def encode(self, word_ids: torch.Tensor) -> torch.Tensor:
+        layers = self.layers
+        embedded = layers.char_embeddings(word_ids[:, : layers.max_characters])
         num_words, chars, dim = embedded.shape
         pooled = []
-        for width, product in convolutions:
+        for width, product in self.convolutions:
             # (num_words * (chars - width + 1), dim * width): every window of every word
             windows = embedded.unfold(1, width, 1).reshape(-1, dim * width)
             pooled.append(product(windows).view(num_words, chars - width + 1, -1).amax(dim=1))
-        features = activation(torch.cat(pooled, dim=-1))
-        for gate_product, transform_product in highway:
+        features = self.activation(torch.cat(pooled, dim=-1))
+        for gate_product, transform_product in self.highway:
             gate = torch.sigmoid(gate_product(features))
             features = gate * torch.relu(transform_product(features)) + (1 - gate) * features
-        chunks.append(projection(with_word_embeddings(features, chunk, layers.word_embeddings, layers.max_characters)))
-    return torch.cat(chunks)
+        return self.projection(with_word_embeddings(features, word_ids, layers.word_embeddings, layers.max_characters))
 
 
 def lstm_with_projection(

@@ -375,12 +375,14 @@ def test_step_threads_restore_torchs_count_when_a_step_fails(fresh_thread_choice
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_thread_count_of_a_step_never_changes_the_result(fresh_thread_choices, tokenizer, monkeypatch, dtype):
-    """The CPU recurrence with its steps on one thread, on torch's count and switching between them, gives the bits
-    of a run with a fixed count, on a published architecture's cell sizes and odd row counts."""
+    """The CPU token layer and recurrence with their steps on one thread, on torch's count and switching between
+    them, give the bits of a run with a fixed count, on a published architecture's cell sizes, odd row counts and
+    chunks of words."""
     if dtype == torch.bfloat16 and not cpu_kernels.bfloat16_supported():
         dtype = torch.float32
     torch.manual_seed(0)
     model = ElmoModel(ElmoConfig(lstm_dim=1024, projection_dim=128, filters=[[1, 16], [2, 16]])).to(dtype).eval()
+    monkeypatch.setattr(model.token_encoder, "chunk_size", 5)
     batch = encode(tokenizer, SENTENCES[:7])
     expected = {}
     for threads in (1, 2, 4):
@@ -395,4 +397,6 @@ def test_the_thread_count_of_a_step_never_changes_the_result(fresh_thread_choice
     for _ in range(3):  # tries every other step: the counts alternate within every call
         with torch.no_grad():
             assert torch.equal(model(**batch).last_hidden_state, expected[2])
-    assert cpu_kernels.StepThreads.same_bits and all(cpu_kernels.StepThreads.same_bits.values())
+    checked = cpu_kernels.StepThreads.same_bits
+    assert {name for name, *_ in checked} == {"token layer", "input to gates", "step"}
+    assert all(checked.values())
