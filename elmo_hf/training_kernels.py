@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .cpu_kernels import StepThreads
 from .reference_elmo import FinishedRows, KernelRequest, LstmLinears, LstmState, SequenceBatch
 
 TRAINING_KERNEL_DTYPES = (torch.float32, torch.float64)
@@ -101,27 +102,17 @@ class LstmWithProjectionFunction(torch.autograd.Function):
         steps = {name: [] for name in names}
         finished = FinishedRows()
         position = 0
-        for active in batch_sizes:
-            hidden, cell = finished.running((hidden, cell), active)
-            gates = gate_inputs[position : position + active] + nn.functional.linear(hidden, hidden_to_gates, bias)
-            input_gate, forget_gate, candidate, output_gate = gates.chunk(4, -1)
-            input_gate, forget_gate = torch.sigmoid(input_gate), torch.sigmoid(forget_gate)
-            candidate, output_gate = torch.tanh(candidate), torch.sigmoid(output_gate)
-            unclipped_cell = forget_gate * cell + input_gate * candidate
-            cell = unclipped_cell if cell_clip is None else unclipped_cell.clamp(-cell_clip, cell_clip)
-            tanh_cell = torch.tanh(cell)
-            unprojected = output_gate * tanh_cell
-            unclipped_hidden = nn.functional.linear(unprojected, projection)
-            hidden = (
-                unclipped_hidden
-                if projection_clip is None
-                else unclipped_hidden.clamp(-projection_clip, projection_clip)
-            )
-            values = (input_gate, forget_gate, candidate, output_gate, unclipped_cell, cell, tanh_cell, unprojected,
-                      unclipped_hidden, hidden)
-            for name, value in zip(names, values):
-                steps[name].append(value)
-            position += active
+        with StepThreads() as threads:
+            for active in batch_sizes:
+                hidden, cell = finished.running((hidden, cell), active)
+                values = threads.run(
+                    "training step", active, forward_step, gate_inputs[position : position + active], hidden, cell,
+                    hidden_to_gates, bias, projection, cell_clip, projection_clip, state=hidden,
+                )
+                for name, value in zip(names, values):
+                    steps[name].append(value)
+                cell, hidden = values[5], values[9]
+                position += active
         final_hidden, final_cell = finished.final((hidden, cell))
         outputs = torch.cat(steps["hidden"])
 
@@ -172,22 +163,20 @@ class LstmWithProjectionFunction(torch.autograd.Function):
         # Becomes, step by step, the gradient of the projection's output before clipping.
         grad_unclipped_outputs = grad_outputs.clone(memory_format=torch.contiguous_format)
         grad_gates = inputs.new_empty(num_positions, 4 * lstm_dim)
-        for start, active in zip(step_positions(batch_sizes)[::-1], batch_sizes[::-1]):
-            rows = slice(start, start + active)
-            grad_output = grad_unclipped_outputs[rows]
-            grad_output += grad_hidden[:active]
-            if clipped_outputs is not None:
-                grad_output.masked_fill_(clipped_outputs[rows], 0)
-            grad_unprojected = torch.mm(grad_output, projection)
-            grad_step_cell = torch.addcmul(grad_cell[:active], grad_unprojected, cell_from_output[rows])
-            if clipped_cells is not None:
-                grad_step_cell.masked_fill_(clipped_cells[rows], 0)
-            step_gates = grad_gates[rows]
-            input_forget_candidate = step_gates[:, : 3 * lstm_dim].view(active, 3, lstm_dim)
-            torch.mul(grad_step_cell.unsqueeze(1), cell_factors[rows], out=input_forget_candidate)
-            torch.mul(grad_unprojected, output_factor[rows], out=step_gates[:, 3 * lstm_dim :])
-            torch.mul(grad_step_cell, forget_gate[rows], out=grad_cell[:active])
-            torch.mm(step_gates, hidden_to_gates, out=grad_hidden[:active])
+        with StepThreads() as threads:
+            for start, active in zip(step_positions(batch_sizes)[::-1], batch_sizes[::-1]):
+                rows = slice(start, start + active)
+                grad_output, grad_step_hidden, grad_step_cell = threads.run(
+                    "training step backward", active, backward_step, grad_unclipped_outputs[rows],
+                    grad_hidden[:active], grad_cell[:active], grad_gates[rows], projection, hidden_to_gates,
+                    cell_from_output[rows], cell_factors[rows], output_factor[rows], forget_gate[rows],
+                    None if clipped_outputs is None else clipped_outputs[rows],
+                    None if clipped_cells is None else clipped_cells[rows],
+                    state=grad_hidden[:active],
+                )
+                grad_unclipped_outputs[rows] = grad_output
+                grad_hidden[:active] = grad_step_hidden
+                grad_cell[:active] = grad_step_cell
 
         # The weight and input gradients: one matrix product each over all steps.
         needs = ctx.needs_input_grad
@@ -210,6 +199,51 @@ class LstmWithProjectionFunction(torch.autograd.Function):
             None,
             None,
         )
+
+
+def forward_step(
+    gate_inputs: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor, hidden_to_gates: torch.Tensor,
+    bias: torch.Tensor, projection: torch.Tensor, cell_clip: float | None, projection_clip: float | None,
+) -> tuple[torch.Tensor, ...]:
+    """One step of the reference's cell on `(rows, 4 * lstm_dim)` input-to-gate products and the state `(rows,
+    projection_dim)`, `(rows, lstm_dim)`: the gates i, f, g, o, the cell before and after clipping, its tanh, the
+    output before projection, the projection before and after clipping (the new hidden state)."""
+    gates = gate_inputs + nn.functional.linear(hidden, hidden_to_gates, bias)
+    input_gate, forget_gate, candidate, output_gate = gates.chunk(4, -1)
+    input_gate, forget_gate = torch.sigmoid(input_gate), torch.sigmoid(forget_gate)
+    candidate, output_gate = torch.tanh(candidate), torch.sigmoid(output_gate)
+    unclipped_cell = forget_gate * cell + input_gate * candidate
+    cell = unclipped_cell if cell_clip is None else unclipped_cell.clamp(-cell_clip, cell_clip)
+    tanh_cell = torch.tanh(cell)
+    unprojected = output_gate * tanh_cell
+    unclipped_hidden = nn.functional.linear(unprojected, projection)
+    hidden = unclipped_hidden if projection_clip is None else unclipped_hidden.clamp(-projection_clip, projection_clip)
+    return (input_gate, forget_gate, candidate, output_gate, unclipped_cell, cell, tanh_cell, unprojected,
+            unclipped_hidden, hidden)
+
+
+def backward_step(
+    grad_outputs: torch.Tensor, grad_hidden: torch.Tensor, grad_cell: torch.Tensor, grad_gates: torch.Tensor,
+    projection: torch.Tensor, hidden_to_gates: torch.Tensor, cell_from_output: torch.Tensor,
+    cell_factors: torch.Tensor, output_factor: torch.Tensor, forget_gate: torch.Tensor,
+    clipped_outputs: torch.Tensor | None, clipped_cells: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step of the recurrence in reverse, for `rows` rows: from the gradients reaching the step's output
+    `(rows, projection_dim)` from above and from the next step, and its cell `(rows, lstm_dim)`, writes the gate
+    pre-activations' gradients into `grad_gates` `(rows, 4 * lstm_dim)` and returns the gradient of the projection's
+    output before clipping and of the previous hidden state and cell. Reads nothing it writes, so it can run twice."""
+    lstm_dim = cell_from_output.shape[1]
+    grad_output = grad_outputs + grad_hidden
+    if clipped_outputs is not None:
+        grad_output.masked_fill_(clipped_outputs, 0)
+    grad_unprojected = torch.mm(grad_output, projection)
+    grad_step_cell = torch.addcmul(grad_cell, grad_unprojected, cell_from_output)
+    if clipped_cells is not None:
+        grad_step_cell.masked_fill_(clipped_cells, 0)
+    input_forget_candidate = grad_gates[:, : 3 * lstm_dim].view(-1, 3, lstm_dim)
+    torch.mul(grad_step_cell.unsqueeze(1), cell_factors, out=input_forget_candidate)
+    torch.mul(grad_unprojected, output_factor, out=grad_gates[:, 3 * lstm_dim :])
+    return grad_output, torch.mm(grad_gates, hidden_to_gates), grad_step_cell * forget_gate
 
 
 def fused_lstm_with_projection(

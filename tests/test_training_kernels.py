@@ -239,3 +239,42 @@ def test_saved_tensor_hooks_see_what_the_backward_keeps():
     outputs, _ = fused_lstm_with_projection(cell, inputs, hidden, memory)
     for gradient, plain in zip(hooked, torch.autograd.grad(outputs.sum(), [inputs, *cell.parameters()]), strict=True):
         assert torch.equal(gradient, plain)
+
+
+@pytest.mark.parametrize(("lstm_dim", "projection_dim", "rows"), [(512, 64, 7), (4096, 512, 5)])
+def test_the_thread_count_of_a_step_never_changes_outputs_or_gradients(monkeypatch, lstm_dim, projection_dim, rows):
+    """Steps switching between one thread and two (a try every other step) give the bits of a run with two threads,
+    also for a cell size whose products round differently with one thread (4096 cells, 5 rows, on the machines
+    measured): `StepThreads` keeps those steps on torch's count."""
+    monkeypatch.setattr(cpu_kernels.StepThreads, "choices", {})
+    monkeypatch.setattr(cpu_kernels.StepThreads, "same_bits", {})
+    torch.manual_seed(0)
+    batch_sizes = [rows, rows, rows, rows - 1, rows - 3]
+    inputs = torch.randn(sum(batch_sizes), projection_dim, requires_grad=True)
+    state = (torch.zeros(rows, projection_dim), torch.zeros(rows, lstm_dim))
+    weights = [
+        (torch.randn(4 * lstm_dim, projection_dim) * 0.05).requires_grad_(),
+        (torch.randn(4 * lstm_dim, projection_dim) * 0.05).requires_grad_(),
+        (torch.randn(4 * lstm_dim) * 0.1).requires_grad_(),
+        (torch.randn(projection_dim, lstm_dim) * 0.05).requires_grad_(),
+    ]
+
+    def run() -> list[torch.Tensor]:
+        leaves = [inputs, *weights]
+        for leaf in leaves:
+            leaf.grad = None
+        outputs, hidden, cell = LstmWithProjectionFunction.apply(inputs, *state, *weights, batch_sizes, 3.0, 3.0)
+        (outputs.sin().sum() + hidden.sum() + cell.sum()).backward()
+        return [outputs.detach(), hidden.detach(), cell.detach(), *(leaf.grad for leaf in leaves)]
+
+    torch.set_num_threads(2)
+    with monkeypatch.context() as fixed:
+        fixed.setattr(cpu_kernels.StepThreads, "same_bits", {}, raising=True)
+        fixed.setattr(cpu_kernels.StepThreads, "run", lambda self, name, rows, step, *args, state: step(*args))
+        expected = run()
+    monkeypatch.setattr(cpu_kernels.StepThreads, "FIRST_TRY", 1)
+    monkeypatch.setattr(cpu_kernels.StepThreads, "LONGEST_INTERVAL", 2)
+    for _ in range(3):
+        assert all(torch.equal(value, other) for value, other in zip(run(), expected))
+    assert torch.get_num_threads() == 2
+    assert cpu_kernels.StepThreads.same_bits
