@@ -294,6 +294,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
+    # A pretraining folder (the packaged model is one) holds the word softmax too: the biLM and the task heads load it
+    # without it, silently.
+    _keys_to_ignore_on_load_unexpected = [r"^softmax\."]
 
     def __init__(self, config: ElmoConfig, *inputs, **kwargs):
         # Fields are checked as they are set, the constraints between them (e.g. scalar_mix_parameters against

@@ -1,6 +1,7 @@
 """The default model shipped with the package (elmo_hf/models/elmo-en-mini): loads offline by its short name in a
 fresh process, through the Elmo classes, the Auto classes and pipelines, and gives the recorded outputs."""
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -10,17 +11,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES
+from conftest import FIXTURES, tiny_config
+from safetensors.torch import load_file
 
 from elmo_hf import (
     DEFAULT_MODEL,
     ElmoConfig,
+    ElmoForPreTraining,
     ElmoForTokenClassification,
     ElmoModel,
     ElmoTokenizer,
     packaged_model_path,
+    corpus_perplexity,
+    packaged_elmo,
     packaged_models,
 )
+from elmo_hf.corpus.data import ElmoWordVocabulary
 from elmo_hf.packaged_elmo import PACKAGED_MODELS_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,3 +122,38 @@ def test_the_model_card_states_the_model_and_its_example_runs():
     namespace = {}
     exec(re.search(r"```python\n(.*?)```", card, re.DOTALL).group(1), namespace)  # noqa: S102 (the card's example)
     assert isinstance(namespace["model"], ElmoModel)
+
+
+def test_packaging_ships_the_softmax_in_bfloat16_and_loads_it_as_float32(tmp_path, monkeypatch):
+    """experiments/package_default_model.py on a small pretraining folder: the packaged folder holds the biLM, the
+    softmax and vocab.txt, stored as bfloat16; the Elmo classes load it by name as float32 (the stored values), and
+    `corpus_perplexity` takes the name, giving the trained folder's result to bfloat16 rounding."""
+    spec = importlib.util.spec_from_file_location("package_default_model", ROOT / "experiments/package_default_model.py")
+    packaging = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(packaging)
+    models = tmp_path / "models"
+    (tmp_path / "tests" / "fixtures").mkdir(parents=True)
+    monkeypatch.setattr(packaging, "ROOT", tmp_path)
+    monkeypatch.setattr(packaging, "PACKAGED_MODELS_DIR", models)
+    monkeypatch.setattr(packaged_elmo, "PACKAGED_MODELS_DIR", models)
+
+    text = tmp_path / "text.txt"
+    text.write_text("the whale said nothing .\nthe sea was calm and grey .\n" * 3, encoding="utf-8")
+    vocabulary = ElmoWordVocabulary.build([text])
+    run = tmp_path / "run"
+    torch.manual_seed(0)
+    trained = ElmoForPreTraining(tiny_config(word_vocab_size=len(vocabulary))).eval()
+    trained.save_pretrained(run)
+    vocabulary.save(run)
+
+    packaging.package(run, "tiny-mini")
+    stored = load_file(models / "tiny-mini" / "model.safetensors")
+    assert {value.dtype for value in stored.values()} == {torch.bfloat16}
+    assert "softmax.weight" in stored and (models / "tiny-mini" / "vocab.txt").is_file()
+    loaded = ElmoModel.from_pretrained("tiny-mini")
+    weight = loaded.token_encoder.projection.weight
+    assert weight.dtype == torch.float32
+    assert torch.equal(weight, trained.elmo.token_encoder.projection.weight.to(torch.bfloat16).float())
+    packaged, original = (corpus_perplexity(model, [text], threads=1) for model in ("tiny-mini", run))
+    assert packaged["forward_perplexity"] == pytest.approx(original["forward_perplexity"], rel=1e-2)
+    assert (tmp_path / "tests" / "fixtures" / "tiny-mini-outputs.npy").is_file()
