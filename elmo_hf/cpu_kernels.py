@@ -336,15 +336,15 @@ class RecurrentLinear:
 
 
 class StepThreads:
-    """Runs each step of a recurrence with one thread or with torch's thread count, whichever ran faster lately, and
-    only where both counts give the same bits.
+    """Runs each step of a loop (a time step of a recurrence, a chunk of words) with one thread or with torch's thread
+    count, whichever ran faster lately, and only where both counts give the same bits.
 
     On a machine whose cores other processes use too, a product split over two threads waits for the thread the
     scheduler has put aside: on a 2-vCPU EPYC running two other CPU-bound processes, the original architecture ran 13
     words/s at batch 1 with two threads against 45 with one (156 against 305 at batch 64), while on the idle machine
     two threads are faster. So every so often a few steps run with the other count (the first of them untimed: a
-    count just switched to wakes its threads), and the faster count is kept; while the count in use stays faster the
-    tries grow rarer (every 8, 16, ... up to 1024 steps), so they cost under 1% once settled.
+    count just switched to wakes its threads), and the faster count per unit of work is kept; while the count in use
+    stays faster the tries grow rarer (every 8, 16, ... up to 1024 steps), so they cost under 1% once settled.
 
     A count changes the speed only: a kind of step runs with one thread only after one of its steps, run with both
     counts on a state that is not all zeros (where every product is exact), gave the same bits (checked once per
@@ -352,20 +352,21 @@ class StepThreads:
     over threads), that kind of step keeps torch's count, as without this class. torch's count is restored when the
     `with` block ends.
 
-    Choices are kept per process and per kind of step (name, dtype, row bucket, thread count), so that later calls
-    start from what earlier ones found.
+    Choices and timings are kept per process and per kind of step (name, dtype, row bucket, thread count), so that
+    later calls go on from what earlier ones found.
     """
 
     FIRST_TRY, LONGEST_INTERVAL, TRIAL_STEPS = 8, 1024, 3
     # {(name, dtype, bucket, threads): [count in use, steps between tries, steps until the next try]}
     choices: dict[tuple, list[int]] = {}
+    # {(name, dtype, bucket, threads): (seconds per unit of work of the last steps with the count in use, and of the
+    # steps of a try of the other count)}
+    timings: dict[tuple, tuple[list[float], list[float]]] = {}
     # {(name, dtype, rows, threads): whether one thread gives the same bits}
     same_bits: dict[tuple, bool] = {}
 
     def __init__(self):
         self.most = self.current = torch.get_num_threads()
-        # {choice key: (seconds of this call's steps with the count in use, seconds of the steps of a try)}
-        self.timings: dict[tuple, tuple[list[float], list[float]]] = {}
 
     def __enter__(self) -> "StepThreads":
         return self
@@ -373,9 +374,11 @@ class StepThreads:
     def __exit__(self, *exc_info) -> None:
         torch.set_num_threads(self.most)
 
-    def run(self, name: str, rows: int, step: Callable[..., object], *args, state: torch.Tensor) -> object:
-        """`step(*args)`, a step `name` of `rows` rows whose recurrent state (or input) is `state`, with the thread
-        count chosen for it."""
+    def run(
+        self, name: str, rows: int, step: Callable[..., object], *args, state: torch.Tensor, work: float = 1.0
+    ) -> object:
+        """`step(*args)`, a step `name` of `rows` rows whose recurrent state (or input) is `state` and whose cost
+        grows as `work`, with the thread count chosen for it."""
         if self.most == 1:
             return step(*args)
         bits_key = (name, state.dtype, rows, self.most)
@@ -393,24 +396,23 @@ class StepThreads:
         recent, trial = self.timings.setdefault(key, ([], []))
         trying = choice[2] <= 0 and len(recent) >= 2
         threads = (1 if choice[0] > 1 else self.most) if trying else choice[0]
-        switched = threads != self.current
         start = time.perf_counter()
         result = self._with(threads, step, args)
-        seconds = time.perf_counter() - start
-        if trying:
-            trial.append(seconds)
-            if len(trial) == self.TRIAL_STEPS:
-                faster = min(trial[1:]) < 0.95 * min(recent[-self.TRIAL_STEPS :])
-                # Keep the faster count; try again soon after a switch, later and later otherwise.
-                choice[0], choice[1] = (threads, self.FIRST_TRY) if faster else (choice[0], min(
-                    2 * choice[1], self.LONGEST_INTERVAL))
-                choice[2] = choice[1]
-                recent.clear()
-                trial.clear()
-        else:
+        seconds = (time.perf_counter() - start) / work
+        if not trying:
             choice[2] -= 1
-            if not switched:
-                recent.append(seconds)
+            recent[:] = [*recent[1 - self.TRIAL_STEPS :], seconds]
+            return result
+        trial.append(seconds)
+        if len(trial) >= self.TRIAL_STEPS:
+            # Keep the faster count; try again soon after a switch, later and later otherwise.
+            if min(trial[1:]) < 0.95 * min(recent, default=0.0):
+                choice[0], choice[1] = threads, self.FIRST_TRY
+            else:
+                choice[1] = min(2 * choice[1], self.LONGEST_INTERVAL)
+            choice[2] = choice[1]
+            recent.clear()
+            trial.clear()
         return result
 
     def _with(self, threads: int, step: Callable[..., object], args: tuple) -> object:
@@ -433,18 +435,16 @@ def encode_words(word_ids: torch.Tensor, layers: TokenLayers, chunk_size: int | 
 
     Each convolution is one matrix product over all windows of all words of a chunk (faster on CPU than the direct
     convolution): window `k` of a word holds characters `k .. k + width - 1`, flattened as the `Conv1d` weight
-    `(num_filters, char_embedding_dim, width)` is. Full chunks run with the thread count `StepThreads` finds faster.
+    `(num_filters, char_embedding_dim, width)` is. Each chunk runs with the thread count `StepThreads` finds faster.
     """
     products = TokenLayerProducts(layers)
     if chunk_size is None:
         return products.encode(word_ids)
-    chunks = []
     with StepThreads() as threads:
-        for chunk in word_ids.split(chunk_size):
-            if len(chunk) == chunk_size:
-                chunks.append(threads.run("token layer", chunk_size, products.encode, chunk, state=chunk))
-            else:
-                chunks.append(products.encode(chunk))
+        chunks = [
+            threads.run("token layer", len(chunk), products.encode, chunk, state=chunk, work=len(chunk))
+            for chunk in word_ids.split(chunk_size)
+        ]
     return torch.cat(chunks)
 
 

@@ -296,8 +296,8 @@ def test_reordered_copies_are_kept_checked_and_freed():
 @pytest.fixture
 def fresh_thread_choices(monkeypatch):
     """StepThreads with no choices or checks kept from earlier tests, and torch's thread count restored after."""
-    monkeypatch.setattr(cpu_kernels.StepThreads, "choices", {})
-    monkeypatch.setattr(cpu_kernels.StepThreads, "same_bits", {})
+    for table in ("choices", "timings", "same_bits"):
+        monkeypatch.setattr(cpu_kernels.StepThreads, table, {})
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
@@ -314,18 +314,23 @@ def paced_step(seconds_by_threads: dict[int, float]):
 
 
 @pytest.mark.parametrize("one_thread_faster", [True, False])
-def test_step_threads_settle_on_the_faster_count_and_restore_torchs(fresh_thread_choices, one_thread_faster):
+@pytest.mark.parametrize("steps_per_call", [200, 1])
+def test_step_threads_settle_on_the_faster_count_and_restore_torchs(
+    fresh_thread_choices, one_thread_faster, steps_per_call
+):
+    """Within a call (a recurrence's time steps) and across calls of one step each (a sentence's chunk of words)."""
     torch.set_num_threads(2)
     fast, slow = 2e-4, 2e-3
     step = paced_step({1: fast, 2: slow} if one_thread_faster else {1: slow, 2: fast})
     state = torch.ones(1)
     counts = []
-    with cpu_kernels.StepThreads() as threads:
-        for _ in range(200):
-            state = threads.run("paced", 1, step, state, state=state)
-            counts.append(torch.get_num_threads())
+    for _ in range(200 // steps_per_call):
+        with cpu_kernels.StepThreads() as threads:
+            for _ in range(steps_per_call):
+                state = threads.run("paced", 1, step, state, state=state)
+                counts.append(torch.get_num_threads())
+        assert torch.get_num_threads() == 2
     assert state.item() == 201
-    assert torch.get_num_threads() == 2
     settled = counts[-100:]
     expected = 1 if one_thread_faster else 2
     # After the first tries, the slower count runs only during the (ever rarer) tries: 3 steps at most here.

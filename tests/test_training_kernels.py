@@ -246,8 +246,8 @@ def test_the_thread_count_of_a_step_never_changes_outputs_or_gradients(monkeypat
     """Steps switching between one thread and two (a try every other step) give the bits of a run with two threads,
     also for a cell size whose products round differently with one thread (4096 cells, 5 rows, on the machines
     measured): `StepThreads` keeps those steps on torch's count."""
-    monkeypatch.setattr(cpu_kernels.StepThreads, "choices", {})
-    monkeypatch.setattr(cpu_kernels.StepThreads, "same_bits", {})
+    for table in ("choices", "timings", "same_bits"):
+        monkeypatch.setattr(cpu_kernels.StepThreads, table, {})
     torch.manual_seed(0)
     batch_sizes = [rows, rows, rows, rows - 1, rows - 3]
     inputs = torch.randn(sum(batch_sizes), projection_dim, requires_grad=True)
