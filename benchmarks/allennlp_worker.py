@@ -14,7 +14,7 @@
 - fixture: runs a fixture folder's original checkpoint (`options.json`, `lm_weights.hdf5`) the way its expected
   top-layer outputs (`lm_embeddings_{k}.hdf5`) were made (stateful; batch i holds sentence i of each list, see
   tests/fixtures/README.md) and prints the largest absolute difference from them as JSON: this proves the AllenNLP
-  installation computes the original.
+  installation computes the original. AllenNLP runs only checkpoints with skip connections (tests/fixtures/allennlp).
 
 This script imports no elmo-hf. AllenNLP imports, at module level, packages that the `Elmo` path never calls
 (transformers, spacy, fairscale, torchvision, huggingface_hub, cached_path); where one is not installed a shim
@@ -140,6 +140,8 @@ def speed(args) -> dict:
 
 def fixture(args) -> dict:
     folder = Path(args.folder)
+    if not json.loads((folder / "options.json").read_text(encoding="utf-8"))["lstm"].get("use_skip_connections"):
+        raise SystemExit(f"error: {folder}: AllenNLP's Elmo runs only checkpoints with skip connections")
     elmo, batch_to_ids = load_elmo(str(folder / "options.json"), str(folder / "lm_weights.hdf5"))
     lists = json.loads((folder / "sentences.json").read_text(encoding="utf-8"))
     expected = []
