@@ -6,6 +6,8 @@
     python benchmarks/bench_inference.py --text ../shared/data/mobydick/*.txt   # real text instead of the corpus
     python benchmarks/bench_inference.py --device cuda --batch-sizes 1 64 256
     python benchmarks/bench_inference.py --models original --batch-sizes 1 --int8   # adds int8-weight rows
+    python benchmarks/bench_inference.py --models original --batch-sizes 1 64 --threads 2 --implementations auto \
+        --allennlp /work/allennlp-venv/bin/python --processes 10 --busy 2   # against AllenNLP, 10 processes, busy
 
 Random-weight models of the published architectures are built from `ElmoConfig` (speed does not depend on the
 values). The default corpus is reproducible: sentence lengths drawn from a gamma distribution (mean 25 words, as
@@ -19,8 +21,23 @@ they apply), `eager` the model's reference modules (`elmo_implementation="eager"
 modules with torchao's int8 products. The script prints the CPU model, its cache sizes and, per `auto`
 configuration, the product kernels the CPU kernels chose by timing.
 
+AllenNLP side by side (`--allennlp PYTHON`, an interpreter with AllenNLP 2.10.1: benchmarks/README.md): `allennlp`
+rows (float32 only) run AllenNLP's `Elmo` (`benchmarks/allennlp_worker.py`) on the same corpus and the same random
+weights, written once in the original format by `export_original`. Before measuring, the script checks that this
+AllenNLP computes the original (its stateful outputs of tests/fixtures/allennlp against the original implementation's,
+and its layers of that checkpoint's sentences, each alone, against elmo-hf's); its rows' diff is AllenNLP's deviation
+from the float64 reference on the same first sentences. A table of ratios (elmo-hf `auto`, or the first
+implementation, over AllenNLP, process by process) follows the main table.
+
+`--processes N` measures each configuration in N fresh processes, the implementations alternating (auto, allennlp,
+auto, allennlp, ...); a row then gives the median over its processes and each process's tok/s. `--busy N` keeps N
+CPU-bound processes (Python busy loops, not pinned) running while each configuration is measured, limits included.
+The header gives the CPU model, its vector flags (AVX2, AVX-512, AVX-512 BF16, AMX), cache sizes, the cores this
+process may run on and the load average.
+
 Every configuration runs in its own process (so its peak RSS is its own); the machine's limits are measured (in a
-child process) before and after each configuration, and the median of those two samples is the row's limit:
+child process) before a configuration and after each round of its processes (one process of each implementation),
+and the median of those samples is the row's limit:
 - GEMM: fp32 4096 x 4096 x 4096 matrix product, the faster of MKL (`torch.mm`) and oneDNN (`elmo_hf`'s `linear`).
 - bandwidth: read bandwidth of a 512 MiB sum (memory), and of sums over the recurrent weights of one cell (one layer
   and direction: the working set of a time step, since the model runs each cell over the whole batch in turn; on a
@@ -35,7 +52,7 @@ Columns:
   "cell BW" and "of cell stream": the same bound with the bandwidth over one cell's weights.
 - RSS: peak resident memory of the configuration's process.
 - diff: max abs difference of all layers from the reference modules in float64 (`elmo_implementation="eager"`, same
-  weights) on the first sentences, each alone and in its batch.
+  weights) on the first sentences, each alone and in its batch (AllenNLP: each alone).
 """
 
 import argparse
@@ -47,7 +64,9 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +75,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
+from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer, export_original
+from elmo_hf.conversion.checkpoint import convert_config, read_options, read_weights
+from elmo_hf.conversion.convert import model_from_checkpoint
+from elmo_hf.conversion.export import OPTIONS_FILE, WEIGHTS_FILE
 from elmo_hf.cpu_kernels import ReorderTimings, onednn_linear
 
 ARCHITECTURES = {
@@ -65,8 +87,11 @@ ARCHITECTURES = {
     "original": dict(lstm_dim=4096, projection_dim=512, num_highway_layers=2),  # 2x4096_512_2048cnn_2xhighway
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-IMPLEMENTATIONS = ("auto", "eager", "int8")
+IMPLEMENTATIONS = ("auto", "eager", "int8", "allennlp")
 CHECK_SENTENCES = 4
+ALLENNLP_WORKER = Path(__file__).resolve().parent / "allennlp_worker.py"
+FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "allennlp"  # an original checkpoint
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 
 
 def flops_per_word(config: ElmoConfig) -> float:
@@ -202,13 +227,17 @@ def run_configuration(args) -> dict:
         reference = build_model(config, "eager", torch.float64, device)
         check = sentences[:CHECK_SENTENCES]
         batch_layers = model(**encoded[0], output_hidden_states=True).hidden_states
-        diff = 0.0
+        allennlp_layers = np.load(args.allennlp_layers) if args.allennlp_layers else None
+        diff = allennlp_diff = 0.0
         for row, sentence in enumerate(check):
             inputs = tokenizer(sentence, is_split_into_words=True, return_tensors="pt").to(device)
             expected = reference(**inputs, output_hidden_states=True).hidden_states
             alone = model(**inputs, output_hidden_states=True).hidden_states
             for index, expected_layer in enumerate(expected):
                 diff = max(diff, (alone[index][0].double() - expected_layer[0]).abs().max().item())
+                if allennlp_layers is not None:
+                    allennlp = torch.from_numpy(allennlp_layers[f"s{row}l{index}"]).double()
+                    allennlp_diff = max(allennlp_diff, (allennlp - expected_layer[0].cpu()).abs().max().item())
                 if row < len(batches[0]):
                     batched = batch_layers[index][row, : len(sentence)].double()
                     diff = max(diff, (batched - expected_layer[0]).abs().max().item())
@@ -230,14 +259,16 @@ def run_configuration(args) -> dict:
         boundary_factor=words / (words + 2 * len(sentences)),
         peak_gib=peak,
         diff=diff,
+        allennlp_diff=allennlp_diff,
         kernels=ReorderTimings.summary(),
     )
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[dict], processes: int = 1) -> str:
+    runs = "tok/s by process" if processes > 1 else "runs tok/s"
     header = (
         "| model | batch | dtype | impl | tok/s | sent/s | GFLOP/s | GEMM GFLOP/s | of GEMM | BW GB/s | stream tok/s | "
-        "of stream | cell BW GB/s | of cell stream | peak RSS GiB | max abs diff vs float64 | runs tok/s |"
+        f"of stream | cell BW GB/s | of cell stream | peak RSS GiB | max abs diff vs float64 | {runs} |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for row in rows:
@@ -256,18 +287,97 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def format_ratios(groups: list[tuple[str, int, str, str, list[float], list[float]]], busy: int) -> str:
+    """Per configuration: elmo-hf's and AllenNLP's tok/s process by process, their ratios and the smallest."""
+    lines = [
+        "| model | batch | dtype | busy processes | elmo-hf impl | elmo-hf tok/s by process | "
+        "AllenNLP tok/s by process | elmo-hf / AllenNLP by process | min ratio |",
+        "|" + "---|" * 9,
+    ]
+    for model, batch, dtype, implementation, ours, theirs in groups:
+        ratios = [mine / other for mine, other in zip(ours, theirs)]
+        lines.append(
+            f"| {model} | {batch} | {dtype} | {busy} | {implementation} | {', '.join(f'{r:.0f}' for r in ours)} | "
+            f"{', '.join(f'{r:.0f}' for r in theirs)} | {', '.join(f'{r:.2f}' for r in ratios)} | "
+            f"**{min(ratios):.2f}x** |"
+        )
+    return "\n".join(lines)
+
+
 def cpu_description() -> str:
-    """The CPU model and its cache sizes, from Linux's /proc and /sys (empty elsewhere)."""
-    model = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
-        "unknown CPU",
-    ) if Path("/proc/cpuinfo").exists() else "unknown CPU"
+    """The CPU model, its vector flags, its cache sizes and the cores this process may use, from Linux's /proc and
+    /sys (unknown elsewhere)."""
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "unknown CPU")
+    flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), []))
     caches = []
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         level, kind, size = ((index / name).read_text().strip() for name in ("level", "type", "size"))
         caches.append(f"L{level}{'d' if kind == 'Data' else 'i' if kind == 'Instruction' else ''} {size}")
-    return f"{model}, {os.cpu_count()} CPUs, caches per core or shared: {', '.join(caches) or 'unknown'}"
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    present = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in CPU_FLAGS) if flags else "unknown"
+    return (
+        f"{model}, {os.cpu_count()} CPUs, {available} available to this process; flags: {present}; "
+        f"caches per core or shared: {', '.join(caches) or 'unknown'}"
+    )
+
+
+@contextmanager
+def busy_processes(count: int):
+    """`count` CPU-bound processes (Python busy loops, not pinned) running for the duration of the block."""
+    processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait()
+
+
+def prepare_allennlp(args) -> dict:
+    """For `--allennlp`: checks that AllenNLP computes the original and writes, under `args.prepare_allennlp`, the
+    corpus, its first sentences, each model's random weights in the original format and AllenNLP's layers of them."""
+    folder = Path(args.prepare_allennlp)
+    worker = [args.allennlp, str(ALLENNLP_WORKER)]
+
+    def run(*arguments: str) -> str:
+        result = subprocess.run([*worker, *arguments], capture_output=True, text=True)
+        if result.returncode:
+            raise RuntimeError(f"the AllenNLP worker failed ({' '.join(arguments[:1])}):\n{result.stderr}")
+        return result.stdout
+
+    original = json.loads(run("fixture", str(FIXTURE)))
+    fixture_sentences = [sentence.split() for sentences in json.loads((FIXTURE / "sentences.json").read_text())
+                         for sentence in sentences]
+    (folder / "fixture_sentences.json").write_text(json.dumps(fixture_sentences))
+    run("layers", str(FIXTURE / "options.json"), str(FIXTURE / "lm_weights.hdf5"),
+        str(folder / "fixture_sentences.json"), str(folder / "fixture_layers.npz"))
+    config = convert_config(read_options(FIXTURE / "options.json"))
+    model = model_from_checkpoint(read_weights(FIXTURE / "lm_weights.hdf5", config), config)
+    tokenizer, allennlp_layers = ElmoTokenizer(), np.load(folder / "fixture_layers.npz")
+    largest, close = 0.0, True
+    with torch.inference_mode():
+        for row, sentence in enumerate(fixture_sentences):
+            inputs = tokenizer(sentence, is_split_into_words=True, return_tensors="pt")
+            for index, layer in enumerate(model(**inputs, output_hidden_states=True).hidden_states):
+                ours, theirs = layer[0].numpy(), allennlp_layers[f"s{row}l{index}"]
+                largest = max(largest, float(np.abs(ours - theirs).max()))
+                close = close and bool(np.allclose(ours, theirs, atol=1e-6, rtol=1e-5))
+
+    sentences = text_corpus(args.text, args.sentences) if args.text else synthetic_corpus(args.sentences)
+    (folder / "corpus.json").write_text(json.dumps(sentences))
+    (folder / "check.json").write_text(json.dumps(sentences[:CHECK_SENTENCES]))
+    for name in args.models:
+        build_model(ElmoConfig(**ARCHITECTURES[name]), "auto", torch.float32, torch.device("cpu")).save_pretrained(
+            folder / name / "hf"
+        )
+        original_folder = folder / name / "original"
+        export_original(folder / name / "hf", original_folder)
+        run("layers", str(original_folder / OPTIONS_FILE), str(original_folder / WEIGHTS_FILE),
+            str(folder / "check.json"), str(folder / name / "check_layers.npz"))
+    return dict(original=original, against_elmo_hf=dict(max_abs_diff=largest, allclose=close,
+                                                        sentences=len(fixture_sentences)))
 
 
 def main() -> int:
@@ -285,14 +395,31 @@ def main() -> int:
         help="auto: as shipped (CPU kernels); eager: the reference modules",
     )
     parser.add_argument("--int8", action="store_true", help="also rows with torchao int8 weights (float32 only)")
+    parser.add_argument(
+        "--allennlp", metavar="PYTHON",
+        help="also rows of AllenNLP 2.10.1 run by this interpreter (float32, CPU; see benchmarks/README.md)",
+    )
+    parser.add_argument(
+        "--processes", type=int, default=1,
+        help="fresh processes per configuration, the implementations alternating; the median is the row's tok/s",
+    )
+    parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes kept running while measuring")
     parser.add_argument("--quick", action="store_true", help="32 sentences, one repeat")
     parser.add_argument("--worker", nargs=4, metavar=("MODEL", "BATCH", "DTYPE", "IMPL"), help=argparse.SUPPRESS)
+    parser.add_argument("--allennlp-layers", help=argparse.SUPPRESS)
     parser.add_argument("--limits", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--prepare-allennlp", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.sentences, args.repeats = 32, 1
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
+    if args.processes < 1 or args.busy < 0:
+        parser.error("--processes must be at least 1 and --busy at least 0")
+    if args.allennlp and (args.device != "cpu" or "float32" not in args.dtype):
+        parser.error("--allennlp: AllenNLP rows are float32 on the CPU; add --dtype float32 and --device cpu")
+    if args.allennlp and not (Path(args.allennlp).is_file() and os.access(args.allennlp, os.X_OK)):
+        parser.error(f"--allennlp {args.allennlp}: not an executable Python interpreter")
     if args.limits:
         torch.set_num_threads(args.threads)
         device = torch.device(args.device)
@@ -304,6 +431,9 @@ def main() -> int:
             for dtype in args.dtype
         }
         print(json.dumps([gemm_gflops(device), bandwidth_gbs(device), cell_bandwidths]))
+        return 0
+    if args.prepare_allennlp:
+        print(json.dumps(prepare_allennlp(args)))
         return 0
     if args.worker:
         args.model, batch, args.dtype, args.implementation = args.worker
@@ -319,53 +449,120 @@ def main() -> int:
         command += ["--models", *args.models, "--dtype", *args.dtype]
         return tuple(json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout))
 
-    samples = [limits()]
     print(
         f"{cpu_description()}\ntorch {torch.__version__}, {args.device}, {args.threads} threads, load average "
-        f"before: {os.getloadavg()[0]:.2f}",
+        f"before: {os.getloadavg()[0]:.2f}; {args.processes} process(es) per configuration, {args.busy} busy "
+        "process(es) while measuring",
         flush=True,
     )
-    implementations = args.implementations + (["int8"] if args.int8 else [])
-    configurations = [
-        (model, dtype, batch, implementation)
-        for model in args.models
-        for dtype in args.dtype
-        for batch in args.batch_sizes
-        for implementation in implementations
-        if implementation != "int8" or dtype == "float32"
-    ]
-    rows = []
-    for model, dtype, batch, implementation in configurations:
-        command = [sys.executable, __file__, "--worker", model, str(batch), dtype, implementation]
-        command += ["--sentences", str(args.sentences), "--repeats", str(args.repeats)]
-        command += ["--threads", str(args.threads), "--device", args.device]
-        command += ["--text", *args.text] if args.text else []
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        if result.returncode:
-            sys.stderr.write(result.stderr)
-            return result.returncode
-        row = json.loads(result.stdout.strip().splitlines()[-1])
-        samples.append(limits())
-        row["gemm"] = statistics.median(sample[0] for sample in samples[-2:])
-        row["bandwidth"] = statistics.median(sample[1] for sample in samples[-2:])
-        row["cell_bandwidth"] = statistics.median(sample[2][f"{model} {dtype}"] for sample in samples[-2:])
-        rows.append(row)
-        print(
-            f"{model} batch {batch} {dtype} {implementation}: {row['tokens_per_s']:.0f} tok/s "
-            f"({row['words']} words, {row['distinct']:.0%} distinct per batch), load average "
-            f"{os.getloadavg()[0]:.2f}",
-            flush=True,
-        )
+    with tempfile.TemporaryDirectory(prefix="bench_inference_") as scratch:
+        if args.allennlp:
+            command = [sys.executable, __file__, "--prepare-allennlp", scratch, "--allennlp", args.allennlp]
+            command += ["--models", *args.models, "--sentences", str(args.sentences)]
+            command += ["--text", *args.text] if args.text else []
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode:
+                sys.stderr.write(result.stderr)
+                return result.returncode
+            check = json.loads(result.stdout.strip().splitlines()[-1])
+            original, ours = check["original"], check["against_elmo_hf"]
+            print(
+                f"AllenNLP ({args.allennlp}) on {FIXTURE.name}'s original checkpoint: against the original "
+                f"implementation's outputs (stateful, {original['sentences']} sentences) max abs diff "
+                f"{original['max_abs_diff']:.1e}, allclose: {'yes' if original['allclose'] else 'NO'}; against "
+                f"elmo-hf (all layers, {ours['sentences']} sentences each alone) max abs diff "
+                f"{ours['max_abs_diff']:.1e}, allclose: {'yes' if ours['allclose'] else 'NO'}",
+                flush=True,
+            )
+        rows, ratios, samples = measure(args, limits, Path(scratch))
     print(
         f"load average after: {os.getloadavg()[0]:.2f}; limit samples (GEMM GFLOP/s, GB/s, cell GB/s): "
         + ", ".join(f"({g:.0f}, {b:.1f}, {'/'.join(f'{c:.0f}' for c in cells.values())})" for g, b, cells in samples)
     )
-    print(format_table(rows))
+    print(format_table(rows, args.processes))
+    if ratios:
+        print(f"\nelmo-hf / AllenNLP, process by process ({args.processes} pairs per configuration, alternating):")
+        print(format_ratios(ratios, args.busy))
     for row in rows:
         if row["kernels"]:
             print(f"\nKernels chosen by timing, {row['model']} batch {row['batch']} {row['dtype']}:")
             print("\n".join(row["kernels"]))
     return 0
+
+
+def measure(args, limits, scratch: Path) -> tuple[list[dict], list[tuple], list[tuple]]:
+    """Every configuration in `args.processes` rounds of fresh processes, one per implementation in turn: the rows
+    (median over processes), with `--allennlp` per configuration the tok/s by process of elmo-hf and AllenNLP, and
+    the limit samples."""
+    implementations = args.implementations + (["int8"] if args.int8 else []) + (["allennlp"] if args.allennlp else [])
+    with busy_processes(args.busy):
+        samples = [limits()]
+    rows, ratios = [], []
+    for model, dtype, batch in [(m, d, b) for m in args.models for d in args.dtype for b in args.batch_sizes]:
+        chosen = [impl for impl in implementations if impl in ("auto", "eager") or dtype == "float32"]
+        results = {implementation: [] for implementation in chosen}
+        with busy_processes(args.busy):
+            for _ in range(args.processes):
+                for implementation in chosen:
+                    result = run_worker(args, model, dtype, batch, implementation, scratch)
+                    results[implementation].append(result)
+                    distinct = f", {result['distinct']:.0%} distinct per batch" if "distinct" in result else ""
+                    print(
+                        f"{model} batch {batch} {dtype} {implementation}: {result['tokens_per_s']:.0f} tok/s "
+                        f"({result['words']} words{distinct}), load average {os.getloadavg()[0]:.2f}",
+                        flush=True,
+                    )
+                samples.append(limits())
+        group = samples[-args.processes - 1 :]
+        config = ElmoConfig(**ARCHITECTURES[model])
+        for implementation in chosen:
+            processes = results[implementation]
+            row = dict(processes[0])
+            row.update(
+                implementation=implementation,
+                tokens_per_s=statistics.median(p["tokens_per_s"] for p in processes),
+                sentences_per_s=statistics.median(p["sentences_per_s"] for p in processes),
+                runs=[p["tokens_per_s"] for p in processes] if args.processes > 1 else processes[0]["runs"],
+                peak_gib=max(p["peak_gib"] for p in processes),
+                gemm=statistics.median(sample[0] for sample in group),
+                bandwidth=statistics.median(sample[1] for sample in group),
+                cell_bandwidth=statistics.median(sample[2][f"{model} {dtype}"] for sample in group),
+            )
+            if implementation == "allennlp":
+                row.update(
+                    model=model, batch=batch, dtype=dtype, kernels=[],
+                    diff=results[chosen[0]][0]["allennlp_diff"],
+                    gflops=row["tokens_per_s"] * flops_per_word(config) / 1e9,
+                    stream_bytes=recurrent_bytes_per_step(config, 4),
+                    boundary_factor=row["words"] / (row["words"] + 2 * row["sentences"]),
+                )
+            rows.append(row)
+        if args.allennlp and dtype == "float32":
+            ours = "auto" if "auto" in chosen else chosen[0]
+            ratios.append((model, batch, dtype, ours, [p["tokens_per_s"] for p in results[ours]],
+                           [p["tokens_per_s"] for p in results["allennlp"]]))
+    return rows, ratios, samples
+
+
+def run_worker(args, model: str, dtype: str, batch: int, implementation: str, scratch: Path) -> dict:
+    """One configuration measured in a fresh process: elmo-hf's worker, or AllenNLP's with `implementation`
+    "allennlp"."""
+    if implementation == "allennlp":
+        original = scratch / model / "original"
+        command = [args.allennlp, str(ALLENNLP_WORKER), "speed", str(original / OPTIONS_FILE)]
+        command += [str(original / WEIGHTS_FILE), str(scratch / "corpus.json"), "--batch-size", str(batch)]
+        command += ["--threads", str(args.threads), "--repeats", str(args.repeats)]
+    else:
+        command = [sys.executable, __file__, "--worker", model, str(batch), dtype, implementation]
+        command += ["--sentences", str(args.sentences), "--repeats", str(args.repeats)]
+        command += ["--threads", str(args.threads), "--device", args.device]
+        command += ["--text", *args.text] if args.text else []
+        command += ["--allennlp-layers", str(scratch / model / "check_layers.npz")] if args.allennlp else []
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode:
+        sys.stderr.write(result.stderr)
+        raise SystemExit(result.returncode)
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

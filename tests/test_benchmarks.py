@@ -1,6 +1,8 @@
 """The benchmark scripts run end to end and report agreement with the exact computation (speed is not asserted)."""
 
+import importlib.util
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -10,12 +12,27 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 def run_script(name: str, *arguments: str) -> list[dict[str, str]]:
     """Runs a benchmark script; returns its markdown table's data rows, each as {column: cell}."""
+    return table_rows(run_output(name, *arguments))
+
+
+def run_output(name: str, *arguments: str) -> str:
+    """Runs a benchmark script; returns what it printed."""
     result = subprocess.run(
         [sys.executable, str(BENCHMARKS / name), *arguments], capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line]
-    header, *rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return result.stdout
+
+
+def table_rows(text: str) -> list[dict[str, str]]:
+    """The data rows of the first markdown table in `text`, each as {column: cell}."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            lines.append(line)
+        elif lines:
+            break
+    header, *rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if not line.startswith("|---")]
     return [dict(zip(header, row)) for row in rows]
 
 
@@ -28,6 +45,45 @@ def test_inference_benchmark_prints_a_row_per_configuration_close_to_float64():
     for row in rows:
         assert float(row["tok/s"]) > 0 and 0 < float(row["GEMM GFLOP/s"]) and 0 < float(row["cell BW GB/s"])
         assert float(row["max abs diff vs float64"]) <= 1e-5
+
+
+def test_inference_benchmark_alternates_fresh_processes_under_busy_load_and_describes_the_cpu():
+    """--processes 2 --busy 1: each row gives the tok/s of each of its processes; the header names the CPU's flags,
+    the cores available, the processes per configuration and the busy load. Nothing is compared with a speed."""
+    output = run_output(
+        "bench_inference.py",
+        *"--models small --batch-sizes 2 --sentences 4 --repeats 1 --threads 1 --implementations auto".split(),
+        *"--processes 2 --busy 1".split(),
+    )
+    header = output.splitlines()[0]
+    assert all(f"{flag} " in header for flag in ("avx2", "avx512f", "avx512_bf16", "amx_tile"))
+    assert "available to this process" in header and "caches" in header
+    assert "2 process(es) per configuration, 1 busy process(es) while measuring" in output
+    (row,) = table_rows(output)
+    assert (row["model"], row["batch"], row["impl"]) == ("small", "2", "auto")
+    by_process = [float(value) for value in row["tok/s by process"].split(",")]
+    assert len(by_process) == 2 and all(value > 0 for value in by_process)
+    assert abs(float(row["tok/s"]) - statistics.median(by_process)) <= 1  # the median of the processes (rounded)
+    assert float(row["max abs diff vs float64"]) <= 1e-5
+
+
+def test_inference_benchmark_refuses_an_allennlp_interpreter_that_is_not_one():
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_inference.py"), "--allennlp", str(BENCHMARKS / "no-python")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 2 and "--allennlp" in result.stderr and "not an executable Python" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_inference_benchmark_ratio_table_gives_each_pair_and_the_smallest():
+    spec = importlib.util.spec_from_file_location("bench_inference", BENCHMARKS / "bench_inference.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    table = bench.format_ratios([("original", 1, "float32", "auto", [120.0, 90.0], [30.0, 30.0])], busy=2)
+    (row,) = table_rows(table)
+    assert row["busy processes"] == "2" and row["elmo-hf / AllenNLP by process"] == "4.00, 3.00"
+    assert row["min ratio"] == "**3.00x**"
 
 
 def test_recurrent_step_benchmark_compares_every_variant_with_the_cpu_kernel():
