@@ -86,19 +86,24 @@ def weights_table(records: list[dict], task: str) -> tuple[str, dict[tuple[float
 
 
 def probe_table(records: list[dict]) -> tuple[str, dict[int, float]]:
-    """Linear probe accuracy per layer (a column per number of probe epochs); returns the longest-trained column."""
-    accuracy: dict[int, dict[int, float]] = defaultdict(dict)
+    """Linear probe accuracy per layer, a column per model and number of probe epochs (a model named by its weights'
+    digest where its records carry one, so a retrained model of the same name gets its own column); returns the
+    first model's longest-trained column."""
+    accuracy: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
     for record in records:
         if record.get("probe") == "pos":
-            accuracy[record.get("epochs", 3)][record["layer"]] = record["test"]
+            model = record["model"] + (f" ({record['weights']})" if record.get("weights") else "")
+            accuracy[(model, record.get("epochs", 3))][record["layer"]] = record["test"]
     names = {0: "token layer (character CNN)", 1: "first biLSTM layer", 2: "second biLSTM layer"}
-    columns = sorted(accuracy)
-    lines = ["| layer | " + " | ".join(f"Brown POS test accuracy (%), linear probe, {epochs} epochs"
-                                        for epochs in columns) + " |", "|---|" + "---|" * len(columns)]
+    models = list(dict.fromkeys(model for model, _ in accuracy))
+    columns = sorted(accuracy, key=lambda column: (models.index(column[0]), column[1]))
+    lines = ["| layer | " + " | ".join(f"Brown POS test accuracy (%), linear probe, {model}, {epochs} epochs"
+                                        for model, epochs in columns) + " |", "|---|" + "---|" * len(columns)]
     for layer in sorted({layer for by_layer in accuracy.values() for layer in by_layer}):
         cells = [f"{accuracy[epochs][layer]:.2f}" if layer in accuracy[epochs] else "" for epochs in columns]
         lines.append(f"| {layer}: {names.get(layer, '')} | " + " | ".join(cells) + " |")
-    return "\n".join(lines), accuracy[columns[-1]] if columns else {}
+    first = [column for column in columns if column[0] == models[0]] if columns else []
+    return "\n".join(lines), accuracy[first[-1]] if first else {}
 
 
 def report(records: list[dict], docs: Path) -> None:

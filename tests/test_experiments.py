@@ -126,6 +126,7 @@ def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
                     records.append(dict(task=task, elmo="frozen", model=DEFAULT_MODEL, fraction=fraction, seed=seed,
                                         l2=l2, test=offset + 2 + seed, seconds=2.0, mix_weights=weights))
     records += [dict(probe="pos", model=DEFAULT_MODEL, layer=layer, test=80.0 + layer) for layer in range(3)]
+    records.append(dict(probe="pos", model=DEFAULT_MODEL, weights="retrained12", layer=1, test=90.0))  # same name
     longer = {"input": [0.9, 0.05, 0.05, 1.0], "output": [0.9, 0.05, 0.05, 1.0]}  # kept out of the weights table
     records.append(dict(task="ner", elmo="frozen", model=DEFAULT_MODEL, fraction=1.0, seed=0, l2=0.001,
                         epochs_option=60, test=50.0, seconds=3.0, mix_weights=longer))
@@ -142,7 +143,9 @@ def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
     assert "| ELMo (elmo-en-mini), input mix only, longer training |  |  | 40.00 ± 0.00 (n=1, 60 epochs) |" in printed
     assert "| input | 100% | 0.001 | 2 | 0.200 | 0.500 | 0.300 | 1.100 |" in printed
     assert "| output | 1% | 1 | 2 | 0.300 | 0.300 | 0.400 | 0.900 |" in printed
-    assert "| 1: first biLSTM layer | 81.00 |" in printed  # records without "epochs" were made with 3
+    assert "| 1: first biLSTM layer | 81.00 | 90.00 |" in printed  # records without "epochs" were made with 3
+    assert "| 0: token layer (character CNN) | 80.00 |  |" in printed
+    assert f"linear probe, {DEFAULT_MODEL} (retrained12), 3 epochs |" in printed
     for name in ("results_fractions.png", "results_layer_weights.png", "results_probe.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps(records)  # the records are plain JSON, as the results file holds them
