@@ -501,13 +501,18 @@ def word_layers(args: argparse.Namespace) -> dict:
 
 
 def read_senses(path: Path) -> list[dict]:
-    """The labelled uses of `path` (tab-separated word, sense, index, source, sentence; `#` lines are comments),
-    each checked: the sentence's token at `index` is the word."""
+    """The labelled uses of `path` (tab-separated word, sense, index, source, sentence under a header line of those
+    names; `#` lines are comments), each checked: the sentence's token at `index` is the word; every word has at
+    least two uses."""
     if not path.is_file():
         raise SystemExit(f"error: {path} not found: --senses must be a file like experiments/senses.tsv.")
     rows = [(number, line.split("\t")) for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
             if line.strip() and not line.startswith("#")]
-    header, uses = rows[0][1], []
+    header = ["word", "sense", "index", "source", "sentence"]
+    if not rows or rows[0][1] != header:
+        raise SystemExit(f"error: {path} does not start with the tab-separated header line {' '.join(header)} (after "
+                         "its # comments): see experiments/senses.tsv.")
+    uses = []
     for number, row in rows[1:]:
         use = dict(zip(header, row))
         tokens = use.get("sentence", "").split()
@@ -516,6 +521,10 @@ def read_senses(path: Path) -> list[dict]:
             raise SystemExit(f"error: line {number} of {path} is not word, sense, index, source, sentence with the "
                              "word at token `index` (0-based) of the sentence: fix that line.")
         uses.append({**use, "index": int(use["index"]), "tokens": tokens})
+    alone = sorted(word for word in {use["word"] for use in uses} if sum(use["word"] == word for use in uses) < 2)
+    if alone or not uses:
+        raise SystemExit(f"error: {path} has {'one use only of ' + ', '.join(alone) if alone else 'no uses'}: a "
+                         "use's sense is read off the other uses of its word, so give each word two or more.")
     return uses
 
 

@@ -221,6 +221,9 @@ def test_frequent_words_and_their_uses_spread_over_the_corpus(tmp_path):
     assert positions["y3"] == [(2, 1), (6, 0), (6, 1)] and positions["z"] == [(6, 2)]
     with pytest.raises(SystemExit, match="the probe words w never occur in"):
         experiments.spread_uses(corpus, 2, ("w",), 5)
+    with pytest.raises(SystemExit, match="nowhere.txt not found: --corpus must be the corpus's train.txt"):
+        experiments.main(["layers", "--corpus", str(tmp_path / "nowhere.txt"), "--results", str(tmp_path / "r")])
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.fixture(scope="module")
@@ -296,6 +299,12 @@ def test_senses_scores_chance_on_the_context_free_layer_and_names_a_bad_line(wid
     assert "| bank | 0.40 | 0.40 |" in capsys.readouterr().out
     uses.write_text("\n".join(rows + ["bank\tmoney\t2\tmine:10\tthe bank lent money ."]) + "\n")
     with pytest.raises(SystemExit, match="line 8 of .*senses.tsv is not word, sense, index, source, sentence"):
+        experiments.main(["senses", *options])
+    uses.write_text("\n".join(rows + ["plant\tfactory\t1\tmine:11\tthe plant closed ."]) + "\n")
+    with pytest.raises(SystemExit, match="senses.tsv has one use only of plant: .* give each word two or more"):
+        experiments.main(["senses", *options])
+    uses.write_text("\n".join(rows[2:]) + "\n")
+    with pytest.raises(SystemExit, match="senses.tsv does not start with the tab-separated header line"):
         experiments.main(["senses", *options])
 
 
