@@ -134,8 +134,17 @@ def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
     records.append(dict(task="ner", elmo="frozen", model=DEFAULT_MODEL, fraction=1.0, seed=0, l2=0.001,
                         output_mix=False, epochs_option=60, test=40.0, seconds=3.0,
                         mix_weights={"input": longer["input"]}))
+    for weights, share in (("old", 0.99), ("new", 0.4)):  # the vectors' checks of a model and its retrained self
+        records.append(dict(check="layers", model=DEFAULT_MODEL, weights=weights, top3_variance=[share, 0.7, 0.5],
+                            mean_cosine=[0.8, 0.5, 0.4]))
+    records.append(dict(check="senses", model=DEFAULT_MODEL, weights="new", accuracy={"all": [0.4, 0.9, 0.95]},
+                        bank_cosines={"river / money": [1.0, 0.5, 0.25]}))
     report(records, tmp_path)
     printed = capsys.readouterr().out
+    assert f"| per layer (0, 1, 2) | {DEFAULT_MODEL} (old) | {DEFAULT_MODEL} (new) |" in printed
+    assert "| variance in the top 3 components | 99.0% / 70.0% / 50.0% | 40.0% / 70.0% / 50.0% |" in printed
+    assert "| nearest-neighbour sense accuracy |  | 0.40 / 0.90 / 0.95 |" in printed
+    assert "| cosine of bank, river / money |  | 1.000 / 0.500 / 0.250 |" in printed
     assert "| baseline (no ELMo) | 90.50 ± 0.71 (n=2) | 90.50 ± 0.71 (n=2) | 90.50 ± 0.71 (n=2) | 1 |" in printed
     assert "| ELMo (elmo-en-mini), lambda=1 | 12.50 ± 0.71 (n=2)" in printed
     cell = "50.00 ± 0.00 (n=1, 60 epochs)<br>52.00 ± 0.00 (n=1, 90 epochs)"  # one line per number of epochs
