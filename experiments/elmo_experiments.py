@@ -441,8 +441,8 @@ def spread_uses(corpus: Path, number: int, probe_words: tuple[str, ...], uses: i
     missing = [word for word in probe_words if word not in counts]
     if missing:
         raise SystemExit(f"error: the probe words {', '.join(missing)} never occur in {corpus}: choose others.")
-    chosen = {word: min(uses, counts[word]) for word in dict.fromkeys([*words, *probe_words])}
-    wanted = {word: {k * counts[word] // number for k in range(number)} for word, number in chosen.items()}
+    taken = {word: min(uses, counts[word]) for word in dict.fromkeys([*words, *probe_words])}
+    wanted = {word: {k * counts[word] // m for k in range(m)} for word, m in taken.items()}
     seen = dict.fromkeys(wanted, 0)
     sentences: list[list[str]] = []
     positions: dict[str, list[tuple[int, int]]] = {word: [] for word in wanted}
@@ -493,7 +493,7 @@ def word_layers(args: argparse.Namespace) -> dict:
             order = [index for index in np.argsort(-row, kind="stable") if words[index] != word][: args.neighbours]
             neighbours[word].append([[words[index], round(float(row[index]), 3)] for index in order])
     command = (f"{SCRIPT} layers --model {shlex.quote(args.model)} --corpus {shlex.quote(str(args.corpus))} "
-               f"--words {args.words} --uses {args.uses}")
+               f"--words {args.words} --uses {args.uses} --neighbours {args.neighbours}")
     return {"check": "layers", "model": args.model, "weights": model_digest(args.model), "words": len(words),
             "uses": args.uses, "sentences": len(sentences), "top3_variance": share, "mean_cosine": mean_cosine,
             "neighbours": neighbours, "seconds": round(time.perf_counter() - started, 1), "threads": args.threads,
@@ -560,10 +560,11 @@ def sense_check(args: argparse.Namespace) -> dict:
         accuracy[word] = [round(nearest_sense_accuracy(targets[rows, layer], senses), 4)
                           for layer in range(targets.shape[1])]
         chance[word] = round(float(np.mean([(senses.count(sense) - 1) / (len(senses) - 1) for sense in senses])), 4)
-    counts = [sum(use["word"] == word for use in uses) for word in accuracy]
-    accuracy["all"] = [round(float(np.average([accuracy[word][layer] for word in chance], weights=counts)), 4)
+    words = list(chance)
+    counts = [sum(use["word"] == word for use in uses) for word in words]  # "all": the mean over every use
+    accuracy["all"] = [round(float(np.average([accuracy[word][layer] for word in words], weights=counts)), 4)
                        for layer in range(targets.shape[1])]
-    chance["all"] = round(float(np.average(list(chance.values()), weights=counts)), 4)
+    chance["all"] = round(float(np.average([chance[word] for word in words], weights=counts)), 4)
     banks = {name: layers[len(uses) + row][tokens.index("bank")].float().numpy()
              for row, (name, tokens) in enumerate(bank.items())}
     pairs = [("river", "money"), ("river", "money again"), ("money", "money again")]
