@@ -121,8 +121,10 @@ def vectors_table(records: list[dict]) -> str:
             rows["mean cosine of two frequent words"][(model, weights)] = [
                 f"{value:.2f}" for value in record["mean_cosine"]]
         else:
-            rows["nearest-neighbour sense accuracy"][(model, weights)] = [
+            rows["sense accuracy, nearest use"][(model, weights)] = [
                 f"{value:.2f}" for value in record["accuracy"]["all"]]
+            rows["sense accuracy, nearest sense mean"][(model, weights)] = [
+                f"{value:.2f}" for value in record["accuracy_sense_mean"]["all"]]
             for pair, values in record["bank_cosines"].items():
                 rows[f"cosine of bank, {pair}"][(model, weights)] = [f"{value:.3f}" for value in values]
     lines = ["| per layer (0, 1, 2) | " + " | ".join(f"{model} ({weights})" for model, weights in models) + " |",

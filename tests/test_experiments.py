@@ -138,12 +138,14 @@ def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
         records.append(dict(check="layers", model=DEFAULT_MODEL, weights=weights, top3_variance=[share, 0.7, 0.5],
                             mean_cosine=[0.8, 0.5, 0.4]))
     records.append(dict(check="senses", model=DEFAULT_MODEL, weights="new", accuracy={"all": [0.4, 0.9, 0.95]},
+                        accuracy_sense_mean={"all": [0.5, 0.8, 0.85]},
                         bank_cosines={"river / money": [1.0, 0.5, 0.25]}))
     report(records, tmp_path)
     printed = capsys.readouterr().out
     assert f"| per layer (0, 1, 2) | {DEFAULT_MODEL} (old) | {DEFAULT_MODEL} (new) |" in printed
     assert "| variance in the top 3 components | 99.0% / 70.0% / 50.0% | 40.0% / 70.0% / 50.0% |" in printed
-    assert "| nearest-neighbour sense accuracy |  | 0.40 / 0.90 / 0.95 |" in printed
+    assert "| sense accuracy, nearest use |  | 0.40 / 0.90 / 0.95 |" in printed
+    assert "| sense accuracy, nearest sense mean |  | 0.50 / 0.80 / 0.85 |" in printed
     assert "| cosine of bank, river / money |  | 1.000 / 0.500 / 0.250 |" in printed
     assert "| baseline (no ELMo) | 90.50 ± 0.71 (n=2) | 90.50 ± 0.71 (n=2) | 90.50 ± 0.71 (n=2) | 1 |" in printed
     assert "| ELMo (elmo-en-mini), lambda=1 | 12.50 ± 0.71 (n=2)" in printed
@@ -215,6 +217,16 @@ def test_nearest_sense_accuracy_of_constructed_uses():
     # the third's too, of the other sense (0)
     tied = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
     assert experiments.nearest_sense_accuracy(tied, ["a", "a", "b"]) == pytest.approx((0.5 + 1 + 0) / 3)
+
+
+def test_nearest_mean_accuracy_of_constructed_uses():
+    apart = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    assert experiments.nearest_mean_accuracy(apart, ["river", "river", "money", "money"]) == 1.0
+    assert experiments.nearest_mean_accuracy(np.ones((6, 2)), list("aabbcc")) == pytest.approx(1 / 3)  # all tied
+    # the second a use is nearer b's mean (0.3, 0.9), cosine 0.82, than the other a use, 0.8; likewise the second b
+    # use: the first use of each sense is right, the second wrong
+    crossed = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
+    assert experiments.nearest_mean_accuracy(crossed, ["a", "a", "b", "b"]) == 0.5
 
 
 def test_frequent_words_and_their_uses_spread_over_the_corpus(tmp_path):
@@ -303,9 +315,10 @@ def test_senses_scores_chance_on_the_context_free_layer_and_names_a_bad_line(wid
     [record] = experiments.read_records(tmp_path / "results.jsonl")
     assert record["uses"] == 5 and record["chance"]["bank"] == pytest.approx((3 * 2 / 4 + 2 * 1 / 4) / 5, abs=1e-4)
     assert record["accuracy"]["bank"][0] == record["chance"]["bank"]  # one vector per word: nothing to tell apart
+    assert record["accuracy_sense_mean"]["bank"][0] == 0.5  # every sense mean ties: half a vote each
     assert all(0 <= value <= 1 for value in record["accuracy"]["all"]) and len(record["accuracy"]["all"]) == 3
     assert record["bank_cosines"]["river / money"][0] == pytest.approx(1.0, abs=1e-3)
-    assert "| bank | 0.40 | 0.40 |" in capsys.readouterr().out
+    assert "| bank | 0.40 | 0.40 |" in capsys.readouterr().out  # chance, then layer 0 by nearest use
     uses.write_text("\n".join(rows + ["bank\tmoney\t2\tmine:10\tthe bank lent money ."]) + "\n")
     with pytest.raises(SystemExit, match="line 8 of .*senses.tsv is not word, sense, index, source, sentence"):
         experiments.main(["senses", *options])
@@ -324,4 +337,5 @@ def test_the_shipped_senses_are_well_formed_and_have_two_senses_a_word():
         senses.setdefault(use["word"], []).append(use["sense"])
         assert not use["source"].startswith("brown/") or use["source"].split(":")[0][-1] not in "09"  # train files
         assert use["source"].split("/")[0] in ("brown", "sotu", "mobydick")
+        assert use["tokens"][use["index"]] == use["word"]  # lower case: one token vector per word
     assert all(len(set(labels)) >= 2 and min(map(labels.count, set(labels))) >= 3 for labels in senses.values())
