@@ -4,6 +4,8 @@
     python experiments/elmo_experiments.py tagger --task pos --elmo frozen --fraction 0.1 --seed 0
     python experiments/elmo_experiments.py adapt --task ner --output runs/experiments/adapted-ner
     python experiments/elmo_experiments.py probe --layer 1
+    python experiments/elmo_experiments.py layers --corpus runs/corpus/train.txt   # degenerate layers? neighbours
+    python experiments/elmo_experiments.py senses  # nearest-neighbour word senses of experiments/senses.tsv
     python experiments/elmo_experiments.py grid            # every run of docs/results.md not yet in --results
     python experiments/elmo_experiments.py report          # tables (printed) and plots (docs/results_*.png)
 
@@ -15,6 +17,7 @@ second mix, to the biLSTM's outputs (`--no-output-mix`: to its inputs only). The
 are computed once per model and split and cached (`--cache`); a run only trains the tagger. Each run appends one JSON
 line to `--results`, with the command that reproduces it; `grid` skips runs already there, so it resumes where it
 stopped.
+`layers` and `senses` (and `probe`) ask what the vectors mean, per layer, and record their numbers the same way.
 """
 
 from __future__ import annotations
@@ -386,9 +389,241 @@ def probe(args: argparse.Namespace) -> dict:
         predicted = torch.cat([classifier(part.float()).argmax(-1) for part in test[0].split(8192)])
     command = f"{SCRIPT} probe --layer {args.layer} --model {shlex.quote(args.model)} --seed {args.seed}"
     command += f" --epochs {args.epochs}" if args.epochs else ""
-    return {"probe": "pos", "model": args.model, "layer": args.layer, "seed": args.seed, "epochs": epochs,
+    return {"probe": "pos", "model": args.model, "weights": model_digest(args.model), "layer": args.layer,
+            "seed": args.seed, "epochs": epochs,
             "test": round(100 * (predicted == test[1]).float().mean().item(), 2),
             "seconds": round(time.perf_counter() - started, 1), "cpu": cpu_name(), "command": command}
+
+
+# Words whose per-layer nearest neighbours `layers` prints: parts of speech, meanings, and unrelated words that a
+# degenerate token layer puts together (bit / Bible / able / nine). Case counts: "Bible" is the usual form.
+PROBE_WORDS = ("walked", "river", "money", "bank", "king", "said", "nine", "able", "Bible", "bit", "war", "ship",
+               "whale", "good")
+# "bank" in three made-up sentences: is the river bank farther from the two money banks than they are from each
+# other? (The first two end alike, so their backward halves agree; the third has other words after "bank".)
+BANK_EXAMPLE = {"river": "I sat on the river bank .", "money": "she deposited money at the bank .",
+                "money again": "he took a loan from the bank to buy a house ."}
+TIE = 1e-4  # cosines this close count as equally near (a context-free layer gives every use of a word one vector)
+
+
+def sentence_layers(name: str, sentences: list[list[str]], args: argparse.Namespace) -> list[torch.Tensor]:
+    """`bilm_layers` of plain sentences, cached under a hash of their words: one `(words, num_layers + 1, dim)`
+    float16 tensor per sentence."""
+    digest = hashlib.sha256("\n".join(" ".join(words) for words in sentences).encode()).hexdigest()[:12]
+    plain = [(words, []) for words in sentences]
+    layers, offsets = bilm_layers(args.model, name, digest, plain, args.cache, args.threads)
+    return [layers[offsets[index]:offsets[index + 1]] for index in range(len(sentences))]
+
+
+def frequent_words(counts: dict[str, int], number: int) -> list[str]:
+    """The `number` most frequent tokens that hold a letter (punctuation and numbers left out), most frequent first,
+    ties in order of first appearance."""
+    words = [word for word, _ in sorted(counts.items(), key=lambda item: -item[1]) if any(c.isalpha() for c in word)]
+    return words[:number]
+
+
+def spread_uses(corpus: Path, number: int, probe_words: tuple[str, ...], uses: int
+                ) -> tuple[list[str], list[list[str]], dict[str, list[tuple[int, int]]]]:
+    """The `number` most frequent words of `corpus` (one tokenised sentence a line), and for them and `probe_words`
+    `m = min(uses, n)` of their n occurrences, spread evenly over the whole file (occurrences k * n // m, k < m).
+
+    Returns `(words, sentences, positions)`: `positions[word]` lists `(sentence, token)` indices into `sentences`.
+    """
+    if not corpus.is_file():
+        raise SystemExit(f"error: {corpus} not found: --corpus must be the corpus's train.txt, made by "
+                         f"`{SCRIPT} corpus --output runs/corpus`.")
+    lines = corpus.read_text(encoding="utf-8").splitlines()
+    counts: dict[str, int] = {}
+    for line in lines:
+        for token in line.split():
+            counts[token] = counts.get(token, 0) + 1
+    words = frequent_words(counts, number)
+    missing = [word for word in probe_words if word not in counts]
+    if missing:
+        raise SystemExit(f"error: the probe words {', '.join(missing)} never occur in {corpus}: choose others.")
+    taken = {word: min(uses, counts[word]) for word in dict.fromkeys([*words, *probe_words])}
+    wanted = {word: {k * counts[word] // m for k in range(m)} for word, m in taken.items()}
+    seen = dict.fromkeys(wanted, 0)
+    sentences: list[list[str]] = []
+    positions: dict[str, list[tuple[int, int]]] = {word: [] for word in wanted}
+    for line in lines:
+        tokens = line.split()
+        kept = False
+        for position, token in enumerate(tokens):
+            if token in wanted:
+                if seen[token] in wanted[token]:
+                    positions[token].append((len(sentences), position))
+                    kept = True
+                seen[token] += 1
+        if kept:
+            sentences.append(tokens)
+    return words, sentences, positions
+
+
+def top_components_share(vectors: np.ndarray, components: int = 3) -> float:
+    """The fraction of the variance of `vectors` `(n, dim)` (about their mean) that its top `components` principal
+    components hold: near 1 for a degenerate set, about components / dim for an isotropic one."""
+    singular = np.linalg.svd(vectors - vectors.mean(axis=0), compute_uv=False)
+    return float((singular[:components] ** 2).sum() / (singular ** 2).sum())
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of every row of `a` `(n, dim)` with every row of `b` `(m, dim)`: `(n, m)`."""
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    return a @ (b / np.linalg.norm(b, axis=1, keepdims=True)).T
+
+
+def word_layers(args: argparse.Namespace) -> dict:
+    """Per layer: how much of the variance of frequent words' vectors lies in 3 directions, their mean pairwise
+    cosine, and the nearest neighbours of `PROBE_WORDS` (a word's vector at a layer: the mean over its spread uses,
+    `spread_uses`; the token layer is context-free, so there every use gives the same vector)."""
+    started = time.perf_counter()
+    words, sentences, positions = spread_uses(args.corpus, args.words, PROBE_WORDS, args.uses)
+    layers = sentence_layers("words", sentences, args)
+    vectors = {word: torch.stack([layers[sentence][token] for sentence, token in uses]).float().mean(0).numpy()
+               for word, uses in positions.items()}
+    frequent = np.stack([vectors[word] for word in words])  # (words, num_layers + 1, dim)
+    probes = np.stack([vectors[word] for word in PROBE_WORDS])
+    share, mean_cosine, neighbours = [], [], {word: [] for word in PROBE_WORDS}
+    for layer in range(frequent.shape[1]):
+        share.append(round(top_components_share(frequent[:, layer]), 4))
+        similarity = cosines(frequent[:, layer], frequent[:, layer])
+        mean_cosine.append(round(float(similarity[~np.eye(len(words), dtype=bool)].mean()), 4))
+        for word, row in zip(PROBE_WORDS, cosines(probes[:, layer], frequent[:, layer])):
+            order = [index for index in np.argsort(-row, kind="stable") if words[index] != word][: args.neighbours]
+            neighbours[word].append([[words[index], round(float(row[index]), 3)] for index in order])
+    command = (f"{SCRIPT} layers --model {shlex.quote(args.model)} --corpus {shlex.quote(str(args.corpus))} "
+               f"--words {args.words} --uses {args.uses} --neighbours {args.neighbours}")
+    return {"check": "layers", "model": args.model, "weights": model_digest(args.model), "words": len(words),
+            "uses": args.uses, "sentences": len(sentences), "top3_variance": share, "mean_cosine": mean_cosine,
+            "neighbours": neighbours, "seconds": round(time.perf_counter() - started, 1), "threads": args.threads,
+            "cpu": cpu_name(), "command": command}
+
+
+def read_senses(path: Path) -> list[dict]:
+    """The labelled uses of `path` (tab-separated word, sense, index, source, sentence under a header line of those
+    names; `#` lines are comments), each checked: the sentence's token at `index` is the word; every word has at
+    least two uses."""
+    if not path.is_file():
+        raise SystemExit(f"error: {path} not found: --senses must be a file like experiments/senses.tsv.")
+    rows = [(number, line.split("\t")) for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if line.strip() and not line.startswith("#")]
+    header = ["word", "sense", "index", "source", "sentence"]
+    if not rows or rows[0][1] != header:
+        raise SystemExit(f"error: {path} does not start with the tab-separated header line {' '.join(header)} (after "
+                         "its # comments): see experiments/senses.tsv.")
+    uses = []
+    for number, row in rows[1:]:
+        use = dict(zip(header, row))
+        tokens = use.get("sentence", "").split()
+        if len(row) != len(header) or not use["index"].isdigit() or int(use["index"]) >= len(tokens) \
+                or tokens[int(use["index"])].lower() != use["word"]:
+            raise SystemExit(f"error: line {number} of {path} is not word, sense, index, source, sentence with the "
+                             "word at token `index` (0-based) of the sentence: fix that line.")
+        uses.append({**use, "index": int(use["index"]), "tokens": tokens})
+    alone = sorted(word for word in {use["word"] for use in uses} if sum(use["word"] == word for use in uses) < 2)
+    if alone or not uses:
+        raise SystemExit(f"error: {path} has {'one use only of ' + ', '.join(alone) if alone else 'no uses'}: a "
+                         "use's sense is read off the other uses of its word, so give each word two or more.")
+    return uses
+
+
+def nearest_sense_accuracy(vectors: np.ndarray, senses: list[str]) -> float:
+    """Leave-one-out 1-nearest-neighbour sense accuracy of the uses `vectors` `(n, dim)` of one word, by cosine.
+
+    A use scores the share of its nearest other uses (cosines within `TIE` of the highest) that have its sense:
+    1-NN with ties broken at random, in expectation. So a layer that gives every use the same vector scores chance,
+    `(uses of the sense - 1) / (n - 1)`, not whatever the order of the file would decide.
+    """
+    similarity = cosines(vectors, vectors)
+    np.fill_diagonal(similarity, -np.inf)
+    scores = []
+    for index, row in enumerate(similarity):
+        nearest = np.flatnonzero(row >= row.max() - TIE)
+        scores.append(np.mean([senses[other] == senses[index] for other in nearest]))
+    return float(np.mean(scores))
+
+
+def nearest_mean_accuracy(vectors: np.ndarray, senses: list[str]) -> float:
+    """Leave-one-out sense accuracy of the uses `vectors` `(n, dim)` of one word by the nearest sense mean, the
+    paper's word-sense check (§5.3): a sense is the mean of its labelled uses' vectors, the use left out, and a use
+    takes the sense whose mean is nearest by cosine. Ties within `TIE` share the vote, so one vector for every use
+    scores 1 / (number of senses)."""
+    scores = []
+    for index, sense in enumerate(senses):
+        others = {label: [row for row, other in enumerate(senses) if other == label and row != index]
+                  for label in dict.fromkeys(senses)}
+        labels = [label for label, rows in others.items() if rows]
+        similarity = cosines(vectors[None, index], np.stack([vectors[others[label]].mean(0) for label in labels]))[0]
+        nearest = [labels[row] for row in np.flatnonzero(similarity >= similarity.max() - TIE)]
+        scores.append(nearest.count(sense) / len(nearest))
+    return float(np.mean(scores))
+
+
+def sense_check(args: argparse.Namespace) -> dict:
+    """The paper's word-sense checks in small: leave-one-out sense accuracy per layer over the labelled uses of
+    `--senses` (each use against the other uses of its word), by the nearest use and by the nearest sense mean, and
+    the cosines of `BANK_EXAMPLE`'s banks per layer."""
+    started = time.perf_counter()
+    uses = read_senses(args.senses)
+    bank = {name: sentence.split() for name, sentence in BANK_EXAMPLE.items()}
+    layers = sentence_layers("senses", [use["tokens"] for use in uses] + list(bank.values()), args)
+    targets = torch.stack([layers[row][use["index"]] for row, use in enumerate(uses)]).float().numpy()
+    accuracy: dict[str, list[float]] = {}
+    by_mean: dict[str, list[float]] = {}
+    chance: dict[str, float] = {}
+    for word in dict.fromkeys(use["word"] for use in uses):
+        rows = [row for row, use in enumerate(uses) if use["word"] == word]
+        senses = [uses[row]["sense"] for row in rows]
+        accuracy[word] = [round(nearest_sense_accuracy(targets[rows, layer], senses), 4)
+                          for layer in range(targets.shape[1])]
+        by_mean[word] = [round(nearest_mean_accuracy(targets[rows, layer], senses), 4)
+                         for layer in range(targets.shape[1])]
+        chance[word] = round(float(np.mean([(senses.count(sense) - 1) / (len(senses) - 1) for sense in senses])), 4)
+    words = list(chance)
+    counts = [sum(use["word"] == word for use in uses) for word in words]  # "all": the mean over every use
+    for scores in (accuracy, by_mean):
+        scores["all"] = [round(float(np.average([scores[word][layer] for word in words], weights=counts)), 4)
+                         for layer in range(targets.shape[1])]
+    chance["all"] = round(float(np.average([chance[word] for word in words], weights=counts)), 4)
+    banks = {name: layers[len(uses) + row][tokens.index("bank")].float().numpy()
+             for row, (name, tokens) in enumerate(bank.items())}
+    pairs = [("river", "money"), ("river", "money again"), ("money", "money again")]
+    bank_cosines = {f"{a} / {b}": [round(float(cosines(banks[a][None, layer], banks[b][None, layer])[0, 0]), 4)
+                                   for layer in range(targets.shape[1])] for a, b in pairs}
+    command = f"{SCRIPT} senses --model {shlex.quote(args.model)} --senses {shlex.quote(str(args.senses))}"
+    return {"check": "senses", "model": args.model, "weights": model_digest(args.model),
+            "senses_file": hashlib.sha256(args.senses.read_bytes()).hexdigest()[:12], "uses": len(uses),
+            "accuracy": accuracy, "chance": chance, "accuracy_sense_mean": by_mean, "bank_cosines": bank_cosines,
+            "seconds": round(time.perf_counter() - started, 1), "threads": args.threads, "cpu": cpu_name(),
+            "command": command}
+
+
+def print_check(record: dict) -> None:
+    """A check's record as markdown tables (the layers' columns: 0 the token layer, 1 and 2 the biLSTM layers)."""
+    if record["check"] == "layers":
+        columns = range(len(record["top3_variance"]))
+        print("| | " + " | ".join(f"layer {layer}" for layer in columns) + " |\n|---|" + "---|" * len(columns))
+        print(f"| variance in the top 3 components of {record['words']:,} frequent words | "
+              + " | ".join(f"{share:.1%}" for share in record["top3_variance"]) + " |")
+        print("| mean cosine of two of them | " + " | ".join(f"{value:.2f}" for value in record["mean_cosine"]) + " |")
+        print("\n| word | " + " | ".join(f"layer {layer} nearest" for layer in columns) + " |\n|---|"
+              + "---|" * len(columns))
+        for word, by_layer in record["neighbours"].items():
+            print(f"| {word} | " + " | ".join(", ".join(f"{other} {cosine:.2f}" for other, cosine in nearest)
+                                            for nearest in by_layer) + " |")
+    else:
+        columns = range(len(record["accuracy"]["all"]))
+        print("| word | chance (nearest use) | " + " | ".join(f"layer {layer}, nearest use" for layer in columns)
+              + " | " + " | ".join(f"layer {layer}, nearest sense mean" for layer in columns) + " |\n|---|---|"
+              + "---|" * 2 * len(columns))
+        for word, by_layer in record["accuracy"].items():
+            print(f"| {word} | {record['chance'][word]:.2f} | "
+                  + " | ".join(f"{value:.2f}" for value in by_layer + record["accuracy_sense_mean"][word]) + " |")
+        print("\n| cosine of bank in | " + " | ".join(f"layer {layer}" for layer in columns) + " |\n|---|"
+              + "---|" * len(columns))
+        for pair, by_layer in record["bank_cosines"].items():
+            print(f"| {pair} | " + " | ".join(f"{value:.3f}" for value in by_layer) + " |")
 
 
 def adapt(args: argparse.Namespace) -> None:
@@ -448,15 +683,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the frozen biLM's layers are cached")
     common.add_argument("--results", type=Path, default=ROOT / "experiments" / "results.jsonl")
     common.add_argument("--threads", type=int, default=1)
+    common_model = argparse.ArgumentParser(add_help=False)
+    common_model.add_argument("--model", default=DEFAULT_MODEL, help="the biLM: a packaged name or a folder")
     commands = parser.add_subparsers(dest="command", required=True)
     corpus = commands.add_parser("corpus", parents=[common], help="the default model's pretraining corpus")
     corpus.add_argument("--output", type=Path, required=True)
-    tagger = commands.add_parser("tagger", parents=[common], help="train and test one tagger")
+    model = [common, common_model]
+    tagger = commands.add_parser("tagger", parents=model, help="train and test one tagger")
     for command in (tagger,
-                    commands.add_parser("probe", parents=[common], help="a linear POS probe on one biLM layer"),
-                    commands.add_parser("adapt", parents=[common], help="continue pretraining the biLM on task text"),
-                    commands.add_parser("grid", parents=[common], help="every tagger and probe run not in --results")):
-        command.add_argument("--model", default=DEFAULT_MODEL, help="the biLM: a packaged name or a folder")
+                    commands.add_parser("probe", parents=model, help="a linear POS probe on one biLM layer"),
+                    commands.add_parser("adapt", parents=model, help="continue pretraining the biLM on task text"),
+                    commands.add_parser("grid", parents=model, help="every tagger and probe run not in --results")):
         command.add_argument("--seed", type=int, default=0)
         command.add_argument("--epochs", type=int, help="training epochs (default: by task and fraction)")
         command.add_argument("--learning-rate", type=float, default=2e-3)
@@ -475,6 +712,15 @@ def main(argv: list[str] | None = None) -> int:
                                           help="models adapted by `adapt`, e.g. ner=runs/experiments/adapted-ner")
     commands.choices["grid"].add_argument("--tasks", nargs="+", choices=["ner", "pos"], default=["ner", "pos"])
     commands.choices["grid"].add_argument("--probe-layers", type=int, default=3, help="probe layers 0 .. N-1")
+    layers = commands.add_parser("layers", parents=model,
+                                 help="per layer: variance in 3 components, nearest neighbours of probe words")
+    layers.add_argument("--corpus", type=Path, default=ROOT / "runs" / "corpus" / "train.txt",
+                        help="the pretraining corpus's train.txt (made by `corpus`)")
+    layers.add_argument("--words", type=int, default=2000, help="how many of its most frequent words")
+    layers.add_argument("--uses", type=int, default=5, help="uses in context averaged into a word's vector")
+    layers.add_argument("--neighbours", type=int, default=5, help="nearest neighbours printed per probe word")
+    commands.add_parser("senses", parents=model, help="nearest-neighbour word senses per layer").add_argument(
+        "--senses", type=Path, default=ROOT / "experiments" / "senses.tsv", help="labelled uses of ambiguous words")
     commands.add_parser("report", parents=[common], help="tables and plots of --results")
     args = parser.parse_args(argv)
 
@@ -488,6 +734,10 @@ def main(argv: list[str] | None = None) -> int:
         record = probe(args)
         append_record(args.results, record)
         print(json.dumps(record))
+    elif args.command in ("layers", "senses"):
+        record = (word_layers if args.command == "layers" else sense_check)(args)
+        append_record(args.results, record)
+        print_check(record)
     elif args.command == "adapt":
         adapt(args)
     elif args.command == "grid":

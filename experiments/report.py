@@ -1,9 +1,9 @@
 """Tables and plots of the experiment records (`python experiments/elmo_experiments.py report`).
 
-Prints markdown tables (mean and standard deviation over seeds) and writes three plots into the docs folder:
-`results_fractions.png` (test score against training fraction, with and without ELMo), `results_probe.png` (linear
-POS probe accuracy per biLM layer) and `results_layer_weights.png` (the learned softmax-normalised layer weights of
-each task's two mixes, with lambda = 0.001 and 1).
+Prints markdown tables (mean and standard deviation over seeds; the vectors' checks per model) and writes three plots
+into the docs folder: `results_fractions.png` (test score against training fraction, with and without ELMo),
+`results_probe.png` (linear POS probe accuracy per biLM layer) and `results_layer_weights.png` (the learned
+softmax-normalised layer weights of each task's two mixes, with lambda = 0.001 and 1).
 """
 
 from __future__ import annotations
@@ -86,19 +86,52 @@ def weights_table(records: list[dict], task: str) -> tuple[str, dict[tuple[float
 
 
 def probe_table(records: list[dict]) -> tuple[str, dict[int, float]]:
-    """Linear probe accuracy per layer (a column per number of probe epochs); returns the longest-trained column."""
-    accuracy: dict[int, dict[int, float]] = defaultdict(dict)
+    """Linear probe accuracy per layer, a column per model and number of probe epochs (a model named by its weights'
+    digest where its records carry one, so a retrained model of the same name gets its own column); returns the
+    first model's longest-trained column."""
+    accuracy: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
     for record in records:
         if record.get("probe") == "pos":
-            accuracy[record.get("epochs", 3)][record["layer"]] = record["test"]
+            model = record["model"] + (f" ({record['weights']})" if record.get("weights") else "")
+            accuracy[(model, record.get("epochs", 3))][record["layer"]] = record["test"]
     names = {0: "token layer (character CNN)", 1: "first biLSTM layer", 2: "second biLSTM layer"}
-    columns = sorted(accuracy)
-    lines = ["| layer | " + " | ".join(f"Brown POS test accuracy (%), linear probe, {epochs} epochs"
-                                        for epochs in columns) + " |", "|---|" + "---|" * len(columns)]
+    models = list(dict.fromkeys(model for model, _ in accuracy))
+    columns = sorted(accuracy, key=lambda column: (models.index(column[0]), column[1]))
+    lines = ["| layer | " + " | ".join(f"Brown POS test accuracy (%), linear probe, {model}, {epochs} epochs"
+                                        for model, epochs in columns) + " |", "|---|" + "---|" * len(columns)]
     for layer in sorted({layer for by_layer in accuracy.values() for layer in by_layer}):
         cells = [f"{accuracy[epochs][layer]:.2f}" if layer in accuracy[epochs] else "" for epochs in columns]
         lines.append(f"| {layer}: {names.get(layer, '')} | " + " | ".join(cells) + " |")
-    return "\n".join(lines), accuracy[columns[-1]] if columns else {}
+    first = [column for column in columns if column[0] == models[0]] if columns else []
+    return "\n".join(lines), accuracy[first[-1]] if first else {}
+
+
+def vectors_table(records: list[dict]) -> str:
+    """The `layers` and `senses` checks per layer, a column per model (named by its weights' digest; the latest
+    record of each check and model counts): old and retrained models side by side."""
+    latest = {(record["check"], record["model"], record["weights"]): record for record in records if "check" in record}
+    models = list(dict.fromkeys((model, weights) for _, model, weights in latest))
+    if not models:
+        return ""
+    rows: dict[str, dict[tuple[str, str], list[str]]] = defaultdict(dict)
+    for (check, model, weights), record in latest.items():
+        if check == "layers":
+            rows["variance in the top 3 components"][(model, weights)] = [
+                f"{value:.1%}" for value in record["top3_variance"]]
+            rows["mean cosine of two frequent words"][(model, weights)] = [
+                f"{value:.2f}" for value in record["mean_cosine"]]
+        else:
+            rows["sense accuracy, nearest use"][(model, weights)] = [
+                f"{value:.2f}" for value in record["accuracy"]["all"]]
+            rows["sense accuracy, nearest sense mean"][(model, weights)] = [
+                f"{value:.2f}" for value in record["accuracy_sense_mean"]["all"]]
+            for pair, values in record["bank_cosines"].items():
+                rows[f"cosine of bank, {pair}"][(model, weights)] = [f"{value:.3f}" for value in values]
+    lines = ["| per layer (0, 1, 2) | " + " | ".join(f"{model} ({weights})" for model, weights in models) + " |",
+             "|---|" + "---|" * len(models)]
+    for name, by_model in rows.items():
+        lines.append(f"| {name} | " + " | ".join(" / ".join(by_model.get(model, [])) for model in models) + " |")
+    return "\n".join(lines)
 
 
 def report(records: list[dict], docs: Path) -> None:
@@ -140,6 +173,9 @@ def report(records: list[dict], docs: Path) -> None:
     weight_figure.savefig(docs / "results_layer_weights.png", dpi=110)
     table, accuracy = probe_table(records)
     print(table)
+    table = vectors_table(records)
+    if table:
+        print("\n" + table)
     if accuracy:
         probe_figure, probe_axis = plt.subplots(figsize=(5, 3.5))
         layers = sorted(accuracy)
