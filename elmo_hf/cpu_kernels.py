@@ -31,12 +31,15 @@ to the snapshot: no cache can go stale, whatever changed the weight (`.data` edi
 reordering (2-3 ms against 15-70 ms for the original architecture's 32 MiB hidden-to-gate weight on a 2-vCPU EPYC).
 """
 
+import contextlib
 import functools
 import math
+import statistics
+import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -337,48 +340,80 @@ class RecurrentLinear:
 
 class StepThreads:
     """Runs each step of a loop (a time step of a recurrence, a chunk of words) with one thread or with torch's thread
-    count, whichever ran faster lately, and only where both counts give the same bits.
+    count, whichever lately ran the recurrence's time steps faster, and only where both counts give the same bits.
 
     On a machine whose cores other processes use too, a product split over two threads waits for the thread the
     scheduler has put aside: on a 2-vCPU EPYC running two other CPU-bound processes, the original architecture ran 13
     words/s at batch 1 with two threads against 45 with one (156 against 305 at batch 64), while on the idle machine
-    two threads are faster. So every so often a few steps run with the other count (the first of them untimed: a
-    count just switched to wakes its threads), and the faster count per unit of work is kept; while the count in use
-    stays faster the tries grow rarer (every 8, 16, ... up to 1024 steps), so they cost under 1% once settled.
+    two threads are faster. So every so often a few time steps run with the other count (untimed while they pay for
+    the count before it: waking threads, or threads still spinning after a product), and the faster count is kept; while the count in use stays faster the tries
+    grow rarer (every 8, 16, ... up to 1024 time steps), so they cost under 1% once settled. The other steps (a chunk
+    of words, a block of input-to-gate products) take the same count.
 
     A count changes the speed only: a kind of step runs with one thread only after one of its steps, run with both
     counts on a state that is not all zeros (where every product is exact), gave the same bits (checked once per
     step name, row count, dtype and thread count, for the process). Where they differ (a product that splits its sums
     over threads), that kind of step keeps torch's count, as without this class. torch's count is restored when the
-    `with` block ends.
+    `with` block (or the outermost `scope`) ends.
 
-    Choices and timings are kept per process and per kind of step (name, dtype, row bucket, thread count), so that
-    later calls go on from what earlier ones found.
+    The choice and the timings are kept per process, so that later calls go on from what earlier ones found.
     """
 
-    FIRST_TRY, LONGEST_INTERVAL, TRIAL_STEPS = 8, 1024, 3
-    # {(name, dtype, bucket, threads): [count in use, steps between tries, steps until the next try]}
+    # Steps timed per try, and of the count in use to compare with: means, since on a busy machine several threads
+    # are fast while all of them have a core and very slow while one waits for it (the best times would hide that).
+    FIRST_TRY, LONGEST_INTERVAL, TRIAL_STEPS, RECENT_STEPS = 8, 1024, 4, 8
+    # How long the threads of a multi-threaded product may spin after it, waiting for more work, before they sleep
+    # (OpenMP's default of 300,000 spins measured about 15 ms on a busy 2-vCPU EPYC), slowing a single thread then.
+    SPIN_SECONDS = 0.02
+    # When the last step with several threads ended (perf_counter seconds).
+    parallel_until = -math.inf
+    # {threads: [count in use, steps between tries, steps until the next try]}: one choice for every kind of
+    # step, since a product with two threads slows what follows it too (its second thread spins a while, waiting for
+    # more work, on a core that others need), which timing each kind apart would not see.
     choices: dict[tuple, list[int]] = {}
-    # {(name, dtype, bucket, threads): (seconds per unit of work of the last steps with the count in use, and of the
-    # steps of a try of the other count)}
+    # {(name, dtype, bucket, threads): (seconds of the last steps with the count in use, and of the steps of a try of
+    # the other count)}
     timings: dict[tuple, tuple[list[float], list[float]]] = {}
     # {(name, dtype, rows, threads): whether one thread gives the same bits}
     same_bits: dict[tuple, bool] = {}
 
+    # torch's thread count when the calling thread's outermost `scope` began (None outside one).
+    _scoped = threading.local()
+
     def __init__(self):
-        self.most = self.current = torch.get_num_threads()
+        self.current = torch.get_num_threads()
+        self.most = getattr(self._scoped, "most", None) or self.current
 
     def __enter__(self) -> "StepThreads":
         return self
 
     def __exit__(self, *exc_info) -> None:
-        torch.set_num_threads(self.most)
+        if getattr(self._scoped, "most", None) is None:
+            torch.set_num_threads(self.most)
+
+    @classmethod
+    @contextlib.contextmanager
+    def scope(cls) -> Iterator[None]:
+        """Within the block (a model's forward), the count the last step ran with stays for the work between steps
+        (copies, concatenations, masks: no sums) instead of torch's count coming back after every loop: on a busy
+        machine, each return to two threads waits for the second one to be scheduled. torch's count is restored at
+        the end of the outermost block."""
+        if getattr(cls._scoped, "most", None) is not None:
+            yield
+            return
+        cls._scoped.most = torch.get_num_threads()
+        try:
+            yield
+        finally:
+            torch.set_num_threads(cls._scoped.most)
+            cls._scoped.most = None
 
     def run(
-        self, name: str, rows: int, step: Callable[..., object], *args, state: torch.Tensor, work: float = 1.0
+        self, name: str, rows: int, step: Callable[..., object], *args, state: torch.Tensor, decides: bool = True
     ) -> object:
-        """`step(*args)`, a step `name` of `rows` rows whose recurrent state (or input) is `state` and whose cost
-        grows as `work`, with the thread count chosen for it."""
+        """`step(*args)`, a step `name` of `rows` rows whose recurrent state (or input) is `state`, with the thread
+        count chosen for it. Steps that `decides` (a recurrence's time steps: many, alike) are timed and tried with
+        the other count; the others (once per call) take the count they chose."""
         if self.most == 1:
             return step(*args)
         bits_key = (name, state.dtype, rows, self.most)
@@ -391,22 +426,29 @@ class StepThreads:
                 self.same_bits[bits_key] = same_results(result, single)
                 return result
             return self._with(self.most, step, args)
-        key = (name, state.dtype, row_bucket(rows), self.most)
-        choice = self.choices.setdefault(key, [self.most, self.FIRST_TRY, self.FIRST_TRY])
-        recent, trial = self.timings.setdefault(key, ([], []))
-        trying = choice[2] <= 0 and len(recent) >= 2
+        choice = self.choices.setdefault(self.most, [self.most, self.FIRST_TRY, self.FIRST_TRY])
+        if not decides:
+            return self._with(choice[0], step, args)
+        recent, trial = self.timings.setdefault((name, state.dtype, row_bucket(rows), self.most), ([], []))
+        trying = choice[2] <= 0 and len(recent) >= self.TRIAL_STEPS
         threads = (1 if choice[0] > 1 else self.most) if trying else choice[0]
+        switched = threads != self.current
         start = time.perf_counter()
         result = self._with(threads, step, args)
-        seconds = (time.perf_counter() - start) / work
+        seconds = time.perf_counter() - start
+        # A step tells its count's speed unless it pays for the count before it: the wake-up of the threads of a
+        # count just switched to, or other threads still spinning on cores this one needs.
+        settled = not switched if threads > 1 else start - StepThreads.parallel_until > self.SPIN_SECONDS
         if not trying:
             choice[2] -= 1
-            recent[:] = [*recent[1 - self.TRIAL_STEPS :], seconds]
+            if settled:
+                recent[:] = [*recent[1 - self.RECENT_STEPS :], seconds]
             return result
-        trial.append(seconds)
-        if len(trial) >= self.TRIAL_STEPS:
+        if settled:
+            trial.append(seconds)
+        if len(trial) == self.TRIAL_STEPS:
             # Keep the faster count; try again soon after a switch, later and later otherwise.
-            if min(trial[1:]) < 0.95 * min(recent, default=0.0):
+            if statistics.fmean(trial) < 0.95 * statistics.fmean(recent or [0.0]):
                 choice[0], choice[1] = threads, self.FIRST_TRY
             else:
                 choice[1] = min(2 * choice[1], self.LONGEST_INTERVAL)
@@ -419,7 +461,10 @@ class StepThreads:
         if threads != self.current:
             torch.set_num_threads(threads)
             self.current = threads
-        return step(*args)
+        result = step(*args)
+        if threads > 1:
+            StepThreads.parallel_until = time.perf_counter()
+        return result
 
 
 def same_results(result: object, other: object) -> bool:
@@ -442,7 +487,7 @@ def encode_words(word_ids: torch.Tensor, layers: TokenLayers, chunk_size: int | 
         return products.encode(word_ids)
     with StepThreads() as threads:
         chunks = [
-            threads.run("token layer", len(chunk), products.encode, chunk, state=chunk, work=len(chunk))
+            threads.run("token layer", len(chunk), products.encode, chunk, state=chunk, decides=False)
             for chunk in word_ids.split(chunk_size)
         ]
     return torch.cat(chunks)
@@ -508,7 +553,9 @@ def lstm_with_projection(
                         break
                     block_end += next_active
                 block = inputs[block_start:block_end]
-                gate_inputs = threads.run("input to gates", block.shape[0], input_to_gates, block, state=block)
+                gate_inputs = threads.run(
+                    "input to gates", block.shape[0], input_to_gates, block, state=block, decides=False
+                )
             step_gate_inputs = gate_inputs[position - block_start : position - block_start + active]
             state = finished.running(state, active)
             state = threads.run(

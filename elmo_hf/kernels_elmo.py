@@ -39,7 +39,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from .cpu_kernels import encode_words, lstm_with_projection
+from .cpu_kernels import StepThreads, encode_words, lstm_with_projection
 from .cpu_kernels import supports as cpu_supports
 from .export_kernels import scan_recurrence
 from .export_kernels import supports as scan_supports
@@ -146,6 +146,7 @@ __all__ = [
     "Implementation",
     "RECURRENCE_IMPLEMENTATIONS",
     "TOKEN_LAYER_IMPLEMENTATIONS",
+    "StepThreads",
     "choose_implementation",
     "runs_as_written",
     "uses_padded_batches",

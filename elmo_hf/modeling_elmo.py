@@ -55,6 +55,7 @@ from .configuration_elmo import ElmoConfig
 from .kernels_elmo import (
     RECURRENCE_IMPLEMENTATIONS,
     TOKEN_LAYER_IMPLEMENTATIONS,
+    StepThreads,
     choose_implementation,
     traced,
     uses_padded_batches,
@@ -444,11 +445,12 @@ class ElmoModel(ElmoPreTrainedModel):
             output_hidden_states = self.config.output_hidden_states
         mask = word_mask(input_ids, attention_mask)
         batch_size, sequence_length = mask.shape
-        # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
-        words_first = WordsFirst(mask, packed=not padded)
-        layers, final_state = self.boundary_layers(words_first.apply(input_ids), words_first.mask, lstm_state)
-        keep = words_first.mask.unsqueeze(-1).to(layers[0].dtype)
-        layers = [words_first.restore(layer[:, 1 : sequence_length + 1] * keep) for layer in layers]
+        with StepThreads.scope():  # the CPU kernels' thread count holds between them
+            # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
+            words_first = WordsFirst(mask, packed=not padded)
+            layers, final_state = self.boundary_layers(words_first.apply(input_ids), words_first.mask, lstm_state)
+            keep = words_first.mask.unsqueeze(-1).to(layers[0].dtype)
+            layers = [words_first.restore(layer[:, 1 : sequence_length + 1] * keep) for layer in layers]
         # Rows of the given state beyond this batch pass through (the export path takes exactly batch_size rows).
         if output_lstm_state and not padded and lstm_state is not None and lstm_state[0].shape[1] > batch_size:
             final_state = tuple(
