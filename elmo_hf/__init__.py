@@ -92,12 +92,11 @@ LIBRARY_FUNCTIONS = {
 
 
 def __getattr__(name: str):
-    """`ElmoTokenClassificationPipeline` and the library's functions (`LIBRARY_FUNCTIONS`) are imported on first use:
-    importing transformers.pipelines, Trainer or the exporters takes seconds."""
-    if name == "ElmoTokenClassificationPipeline":
-        from .pipeline_elmo import ElmoTokenClassificationPipeline
-
-        return ElmoTokenClassificationPipeline
+    """The pipelines (`ElmoTokenClassificationPipeline`, `ElmoFeatureExtractionPipeline`) and the library's functions
+    (`LIBRARY_FUNCTIONS`) are imported on first use: importing transformers.pipelines, Trainer or the exporters takes
+    seconds."""
+    if name in ("ElmoTokenClassificationPipeline", "ElmoFeatureExtractionPipeline"):
+        return getattr(importlib.import_module(".pipeline_elmo", __name__), name)
     if name in LIBRARY_FUNCTIONS:
         return getattr(importlib.import_module(f".{LIBRARY_FUNCTIONS[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -106,6 +105,7 @@ def __getattr__(name: str):
 __all__ = [
     "DEFAULT_MODEL",
     "ElmoConfig",
+    "ElmoFeatureExtractionPipeline",
     "ElmoForPreTraining",
     "ElmoForPreTrainingOutput",
     "ElmoForSequenceClassification",

@@ -11,13 +11,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Token-classification pipeline for ELMo, whose `input_ids` hold one row of character ids per word.
+"""Pipelines for ELMo: token classification (ELMo's `input_ids` hold one row of character ids per word) and feature
+extraction that keeps pre-split words together.
 
 Imports only transformers, so that it ships as remote code in every saved ELMo folder (`config.custom_pipelines`).
 """
 
 from typing import Any
 
+from transformers.pipelines.feature_extraction import FeatureExtractionPipeline
 from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
 
 
@@ -153,4 +155,53 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         return entities
 
 
-__all__ = ["ElmoTokenClassificationPipeline"]
+class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
+    """
+    [`FeatureExtractionPipeline`] that takes pre-split words. The stock pipeline ignores `is_split_into_words`: a
+    list of words becomes a batch of one-word sentences, each embedded without its context. Here, with
+    `is_split_into_words=True`, a list of words is one sentence (one result, as for a str) and a list of such lists
+    several; without it each input must be a str, and a list of words is refused with the flag to pass.
+
+    Build it with `pipeline("feature-extraction", model=..., pipeline_class=ElmoFeatureExtractionPipeline)` or
+    directly with `model=` and `tokenizer=`.
+    """
+
+    def _sanitize_parameters(
+        self,
+        truncation: bool | None = None,
+        tokenize_kwargs: dict | None = None,
+        return_tensors: bool | None = None,
+        is_split_into_words: bool | None = None,
+        **kwargs,
+    ):
+        preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
+            truncation, tokenize_kwargs, return_tensors, **kwargs
+        )
+        if is_split_into_words is not None:
+            preprocess_params = {**preprocess_params, "is_split_into_words": is_split_into_words}
+        return preprocess_params, forward_params, postprocess_params
+
+    def __call__(self, inputs: Any, **kwargs: Any):
+        """Embed one text, a list of texts, or with `is_split_into_words=True` one list of words or a list of those:
+        `[1][words][hidden_size]` per sentence."""
+        split = {**self._preprocess_params, **self._sanitize_parameters(**kwargs)[0]}.get("is_split_into_words")
+        if split and isinstance(inputs, list) and all(isinstance(word, str) for word in inputs):
+            return super().__call__([inputs], **kwargs)[0]  # one sentence's words
+        return super().__call__(inputs, **kwargs)
+
+    def preprocess(self, inputs: str | list[str], **tokenize_kwargs):
+        if tokenize_kwargs.get("is_split_into_words"):
+            if not isinstance(inputs, (list, tuple)) or not all(isinstance(word, str) for word in inputs):
+                raise ValueError(
+                    "With is_split_into_words=True, each input must be a list of words (str), got "
+                    f"{type(inputs).__name__}."
+                )
+        elif not isinstance(inputs, str):
+            raise ValueError(
+                f"Each input must be a str, got {type(inputs).__name__}; for a sentence given as a list of words, "
+                "pass is_split_into_words=True."
+            )
+        return super().preprocess(inputs, **tokenize_kwargs)
+
+
+__all__ = ["ElmoFeatureExtractionPipeline", "ElmoTokenClassificationPipeline"]

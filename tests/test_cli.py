@@ -63,3 +63,68 @@ def test_every_command_has_a_typed_library_function_at_the_package_level():
         function = getattr(elmo_hf, name)
         assert callable(function) and function.__name__ == name
         assert "argparse" not in inspect.getsource(inspect.getmodule(function))
+
+
+COMPUTING = [name for name in cli.COMMANDS if name != "merge-shards"]  # merge-shards copies stored arrays only
+
+
+def required_arguments(parser: argparse.ArgumentParser) -> list[str]:
+    """A placeholder value for each argument the parser requires (positional or required option)."""
+    arguments = []
+    for action in parser._actions:
+        if action.help == argparse.SUPPRESS or not (action.required or not action.option_strings):
+            continue
+        arguments += [*action.option_strings[:1], "placeholder"]
+    return arguments
+
+
+def test_every_command_that_computes_takes_threads():
+    """Issue 24 goal 2: `--threads` is one option, on every command that computes."""
+    definitions = set()
+    for name in cli.COMMANDS:
+        options = {action.dest: action for action in cli.build_parser(name)._actions}
+        assert ("threads" in options) == (name in COMPUTING), name
+        if name in COMPUTING:
+            definitions.add((options["threads"].help, options["threads"].metavar, options["threads"].type))
+    assert len(definitions) == 1
+
+
+@pytest.mark.parametrize("name", COMPUTING)
+def test_threads_reaches_torch_before_the_command_runs(name, monkeypatch):
+    import torch
+
+    seen = []
+    monkeypatch.setattr(cli.COMMANDS[name], "run", lambda args, parser: seen.append(torch.get_num_threads()) or 0)
+    threads = torch.get_num_threads()
+    wanted = 3 if threads != 3 else 2
+    try:
+        assert cli.main([name, *required_arguments(cli.build_parser(name)), "--threads", str(wanted)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [wanted]
+
+
+@pytest.mark.parametrize("name", COMPUTING)
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_threads_not_positive_is_one_error_line_and_exit_status_2(name, value, monkeypatch, capsys):
+    monkeypatch.setattr(cli.COMMANDS[name], "run", lambda args, parser: pytest.fail("ran with bad --threads"))
+    assert cli.main([name, *required_arguments(cli.build_parser(name)), "--threads", value]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: --threads {value}: must be a positive integer.\n" and not captured.out
+
+
+@pytest.mark.parametrize("name", list(cli.COMMANDS))
+def test_every_option_has_help_and_help_shows_its_default(name):
+    """Issue 26 item 5: `elmo-hf NAME --help` explains every argument; an option with a default shows it, and one
+    that takes a value without a default says what happens when it is not given."""
+    parser = cli.build_parser(name)
+    shown = " ".join(parser.format_help().split())
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            continue
+        assert action.help, f"{name} {action.option_strings or action.dest}: no help"
+        if all(action.default is not value for value in (None, False)) and action.nargs != 0:
+            assert f"(default: {action.default})" in shown, f"{name} {action.option_strings}: default hidden"
+        elif action.option_strings and action.nargs != 0 and not action.required:
+            assert "default" in action.help or action.help.endswith("(required)"), \
+                f"{name} {action.option_strings}: says not what happens without it"

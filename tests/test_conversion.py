@@ -17,7 +17,6 @@ from conftest import FIXTURES
 
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.conversion.checkpoint import ConversionError
-from elmo_hf.cli import COMMANDS, HelpFormatter
 from elmo_hf.cli.convert import main
 from elmo_hf.conversion.convert import convert_checkpoint
 from elmo_hf.errors import ElmoInputError, ElmoRunError
@@ -202,23 +201,6 @@ def test_empty_output_folder_is_used(tmp_path):
     output.mkdir()
     convert_checkpoint(OPTIONS, WEIGHTS, output)
     assert (output / "model.safetensors").is_file()
-
-
-@pytest.mark.parametrize("command", ["convert", "convert-manylangs", "export", "export-onnx"])
-def test_every_option_of_the_conversion_commands_has_help_and_shows_its_default(command):
-    """Issue 26 item 5: `elmo-hf COMMAND --help` explains every option and, for one that takes a value and is not
-    required, says what it is when not given."""
-    parser = argparse.ArgumentParser(prog=command, formatter_class=HelpFormatter)
-    COMMANDS[command].add_arguments(parser)
-    formatter = HelpFormatter(command)
-    for action in parser._actions:
-        if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
-            continue
-        assert action.help, action.option_strings
-        if action.nargs != 0 and action.option_strings and not action.required:
-            shown = formatter._get_help_string(action)
-            assert "default" in shown or shown.endswith("(required)"), action.option_strings
-    assert "--model" in parser.format_help()
 
 
 def test_conversion_library_is_typed_and_its_errors_follow_the_exit_status_rule():

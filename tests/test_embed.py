@@ -267,7 +267,7 @@ def test_a_model_that_is_not_elmo_is_refused(tmp_path, capsys):
         (["--top", "--gamma", "2"], "apply to --layers mix only"),
         (["--resume", "--overwrite"], "exclude each other"),
         (["--batch-size", "0"], "--batch-size must be a positive integer"),
-        (["--threads", "0"], "--threads must be a positive integer"),
+        (["--threads", "0"], "--threads 0: must be a positive integer"),
     ],
 )
 def test_bad_arguments(model_dir, tmp_path, capsys, options, message):

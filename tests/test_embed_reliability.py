@@ -2,7 +2,6 @@
 and 5; issue 24's --threads): never a silently wrong file, never a corrupt one, one `error:` line, exit 2 for unusable
 input, exit 1 for a failure while running."""
 
-import argparse
 import errno
 import fcntl
 import json
@@ -16,7 +15,7 @@ import torch
 from conftest import tiny_config
 
 from elmo_hf import ElmoModel, ElmoTokenizer
-from elmo_hf.cli import COMMANDS, HelpFormatter, main
+from elmo_hf.cli import main
 from elmo_hf.corpus import embed as embed_module
 from elmo_hf.corpus.embed import EmbedError, embed_corpus, model_fingerprint
 
@@ -316,24 +315,6 @@ def test_threads_sets_torchs_threads(model_dir, tmp_path):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
-
-
-@pytest.mark.parametrize("command", ["embed", "merge-shards"])
-def test_every_option_has_help_showing_its_default(command, capsys):
-    """Issue 26 item 5 and item 11: each option's help names its default (the packaged model for --model); the
-    `--all`, `--top`, `--average` shorthands name the --layers value they stand for."""
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter)
-    COMMANDS[command].add_arguments(parser)
-    formatter = HelpFormatter("elmo-hf")
-    helps = {
-        action.option_strings[-1]: formatter._get_help_string(action) % vars(action)
-        for action in parser._actions
-        if action.option_strings and action.dest != "help"
-    }
-    for option, text in helps.items():
-        assert "default" in text or text.startswith("--layers "), option
-    if command == "embed":
-        assert "(default: elmo-en-mini)" in helps["--model"] and len(helps) == 20
 
 
 def test_the_library_function_takes_typed_options_and_refuses_bad_ones(model_dir, tmp_path):

@@ -14,6 +14,7 @@ from transformers import pipeline
 from transformers.utils import logging
 
 from elmo_hf import (
+    ElmoFeatureExtractionPipeline,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -176,6 +177,43 @@ def test_direct_construction_from_model_objects(folders, ner):
 def test_bad_pipeline_input(ner, inputs, kwargs, error, message):
     with pytest.raises(error, match=message):
         ner(inputs, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def extractor(converted) -> ElmoFeatureExtractionPipeline:
+    """Pre-split words need this class: the stock pipeline drops is_split_into_words (see its docstring)."""
+    return pipeline(
+        "feature-extraction", model=str(converted["allennlp"]), pipeline_class=ElmoFeatureExtractionPipeline
+    )
+
+
+def test_feature_extraction_keeps_pre_split_words_one_sentence(extractor):
+    """Issue 26 item 2: with is_split_into_words=True a list of words is one sentence, embedded in context (the
+    vectors of the same sentence given as text), never a batch of one-word sentences."""
+    words = ["the", "bank", "of", "the", "river"]
+    expected = np.asarray(extractor(" ".join(words)))
+    assert expected.shape[:2] == (1, len(words))
+    assert not np.allclose(expected[0, 1], np.asarray(extractor("bank"))[0, 0]), "context should change the vector"
+    np.testing.assert_array_equal(extractor(words, is_split_into_words=True), expected)
+    np.testing.assert_array_equal(extractor(words, tokenize_kwargs={"is_split_into_words": True}), expected)
+    several = extractor([words, ["bank"], []], is_split_into_words=True)
+    assert len(several) == 3
+    np.testing.assert_array_equal(several[0], expected)
+    np.testing.assert_array_equal(several[1], extractor("bank"))
+    assert several[2] == extractor("") == [[]]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "kwargs", "message"),
+    [
+        ([["the", "bank"]], {}, "Each input must be a str, got list; .* pass is_split_into_words=True"),
+        ("the bank", {"is_split_into_words": True}, "must be a list of words"),
+        ([["the", 3]], {"is_split_into_words": True}, "must be a list of words"),
+    ],
+)
+def test_feature_extraction_refuses_words_it_cannot_keep_together(extractor, inputs, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        extractor(inputs, **kwargs)
 
 
 def test_pipeline_refuses_a_model_without_label_names(folders):

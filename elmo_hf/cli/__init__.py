@@ -37,16 +37,41 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def run_subcommand(name: str, argv: list[str] | None = None) -> int:
-    """Parse `argv` (default: the command line after the command) for command `name` and run it."""
+def add_threads_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--threads N`, which every command that computes takes; `run_subcommand` checks it and sets torch's threads
+    before the command runs."""
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="CPU threads torch computes with, per process (default: torch's choice)")
+
+
+def set_threads(threads: int | None) -> None:
+    """Sets torch's CPU threads to `threads` (None: torch's choice is kept); raises ElmoInputError unless positive."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ElmoInputError(f"--threads {threads}: must be a positive integer.")
+    import torch  # on use: parsing options and --help need no torch
+
+    torch.set_num_threads(threads)
+
+
+def build_parser(name: str) -> argparse.ArgumentParser:
+    """The option parser of command `name`, as `elmo-hf NAME --help` shows it."""
     module = COMMANDS[name]
     parser = argparse.ArgumentParser(
         prog=f"elmo-hf {name}", description=module.SUMMARY, epilog=EXIT_STATUS, formatter_class=HelpFormatter
     )
-    module.add_arguments(parser)  # `run` raises ElmoInputError / ElmoRunError for the exit statuses 2 / 1
+    module.add_arguments(parser)
+    return parser
+
+
+def run_subcommand(name: str, argv: list[str] | None = None) -> int:
+    """Parse `argv` (default: the command line after the command) for command `name` and run it."""
+    parser = build_parser(name)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return module.run(args, parser)
+    try:  # `run` raises ElmoInputError / ElmoRunError for the exit statuses 2 / 1
+        set_threads(getattr(args, "threads", None))
+        return COMMANDS[name].run(args, parser)
     except ElmoInputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -78,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_subcommand(argv[0], argv[1:])
 
 
-# The commands, imported after `run_subcommand`, which each module's `main` calls.
+# The commands, imported after `run_subcommand` and `add_threads_argument`, which they import.
 from . import convert, convert_manylangs, embed, export, export_onnx, merge_shards, perplexity, pretrain  # noqa: E402
 
 COMMANDS = {

@@ -29,7 +29,7 @@ from ..conversion.hub import (
     upload_command,
 )
 from ..errors import ElmoRunError
-from . import run_subcommand
+from . import add_threads_argument, run_subcommand
 
 SUMMARY = 'convert an original options.json + weights .hdf5 to a Hugging Face folder'
 
@@ -62,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how long each Hub call may wait to connect or for the next part of an answer")
     parser.add_argument("--hub-retries", type=int, default=HUB_RETRIES, metavar="N",
                         help="how often a Hub call is retried on timeouts, network errors and 408/429/5xx answers")
+    add_threads_argument(parser)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -18,7 +18,7 @@ import argparse
 from transformers.utils.logging import disable_progress_bar
 
 from ..conversion.manylangs import convert_manylangs
-from . import run_subcommand
+from . import add_threads_argument, run_subcommand
 from .convert import add_output_arguments
 
 SUMMARY = 'convert an ELMoForManyLangs model folder (44 languages)'
@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--language", required=True, help="the model's language code for the model card, e.g. zh")
     add_output_arguments(parser)
     parser.add_argument("--repo-id", help="the Hub name the model card's example loads (default: a placeholder)")
+    add_threads_argument(parser)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

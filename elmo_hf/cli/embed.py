@@ -25,7 +25,7 @@ from ..corpus.embed import (
     embed_corpus,
 )
 from ..packaged_elmo import DEFAULT_MODEL
-from . import run_subcommand
+from . import add_threads_argument, run_subcommand
 
 SUMMARY = "ELMo vectors of a text file, one sentence a line, into an allennlp-style HDF5 file"
 
@@ -78,9 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model-dtype", choices=sorted(MODEL_DTYPES), default="float32", help="dtype to run the model in"
     )
-    parser.add_argument(
-        "--threads", type=int, default=None, help="CPU threads for the model (default: torch's choice)"
-    )
+    add_threads_argument(parser)
     parser.add_argument(
         "--resume",
         action="store_true",

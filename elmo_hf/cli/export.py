@@ -16,7 +16,7 @@
 import argparse
 
 from ..conversion.export import export_original
-from . import run_subcommand
+from . import add_threads_argument, run_subcommand
 from .convert import add_output_arguments
 
 SUMMARY = 'export an elmo-hf folder to the original options.json + weights.hdf5'
@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an elmo-hf model folder (base model, any head, pretraining model) or a packaged model's "
                              "name, e.g. elmo-en-mini")
     add_output_arguments(parser, "folder to write options.json and weights.hdf5 into")
+    add_threads_argument(parser)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -16,7 +16,7 @@
 import argparse
 
 from ..conversion.onnx import MODEL_CLASSES, ONNX_OPSET, export_onnx
-from . import run_subcommand
+from . import add_threads_argument, run_subcommand
 
 SUMMARY = 'export a model folder or packaged model (base model or head) to ONNX, checked in onnxruntime'
 
@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lstm-state", action="store_true", help="add lstm_state inputs and outputs (base model, stateful use)"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing model.onnx")
+    add_threads_argument(parser)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

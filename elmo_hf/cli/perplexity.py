@@ -17,7 +17,7 @@ import argparse
 
 from ..corpus.data import DECODING_ERRORS
 from ..corpus.perplexity import corpus_perplexity
-from . import run_subcommand
+from . import add_threads_argument, run_subcommand
 
 SUMMARY = "each direction's perplexity of a pretraining folder's biLM on text files"
 
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
     parser.add_argument("--max-words", type=int, default=100, help="longer lines are split into pieces of this many")
     parser.add_argument("--errors", choices=DECODING_ERRORS, default="strict", help="non-UTF-8 bytes: error or U+FFFD")
-    parser.add_argument("--threads", type=int, help="CPU threads (default: torch's choice)")
+    add_threads_argument(parser)
     parser.add_argument("--json", help="also write the result to this JSON file (default: none)")
 
 

@@ -20,7 +20,7 @@ import sys
 
 from ..corpus.data import DECODING_ERRORS
 from ..corpus.pretraining import DEFAULT_ARCHITECTURE, PRESETS, SCHEDULERS, pretrain
-from . import run_subcommand
+from . import add_threads_argument, run_subcommand
 
 SUMMARY = "pretrain a biLM on text files, or adapt a model to new text"
 
@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--save-total-limit", type=int, default=2, help="keep this many newest checkpoints")
     train.add_argument("--logging-steps", type=int, default=50, help="log loss and perplexity every N steps")
     train.add_argument("--seed", type=int, default=42, help="random seed (initial weights, data order, dropout)")
-    train.add_argument("--threads", type=int, help="CPU threads per process (default: torch's choice)")
+    add_threads_argument(train)
     train.add_argument("--resume", action="store_true",
                        help="continue from the newest complete checkpoint of the run in --output")
     train.add_argument("--overwrite", action="store_true",
