@@ -416,22 +416,23 @@ class StepThreads:
         the other count; the others (once per call) take the count they chose."""
         if self.most == 1:
             return step(*args)
-        bits_key = (name, state.dtype, rows, self.most)
-        verified = self.same_bits.get(bits_key)
-        if not verified:
+        choice = self.choices.setdefault(self.most, [self.most, self.FIRST_TRY, self.FIRST_TRY])
+        recent, trial = self.timings.setdefault((name, state.dtype, row_bucket(rows), self.most), ([], []))
+        trying = decides and choice[2] <= 0 and len(recent) >= self.TRIAL_STEPS
+        threads = (1 if choice[0] > 1 else self.most) if trying else choice[0]
+        if threads == 1:
+            bits_key = (name, state.dtype, rows, self.most)
+            verified = self.same_bits.get(bits_key)
             if verified is None and bool(state.any()):
                 # One thread first, so that what the step writes in place is, in the end, torch's count's result.
                 single = self._with(1, step, args)
                 result = self._with(self.most, step, args)
                 self.same_bits[bits_key] = same_results(result, single)
                 return result
-            return self._with(self.most, step, args)
-        choice = self.choices.setdefault(self.most, [self.most, self.FIRST_TRY, self.FIRST_TRY])
+            if not verified:
+                return self._with(self.most, step, args)
         if not decides:
-            return self._with(choice[0], step, args)
-        recent, trial = self.timings.setdefault((name, state.dtype, row_bucket(rows), self.most), ([], []))
-        trying = choice[2] <= 0 and len(recent) >= self.TRIAL_STEPS
-        threads = (1 if choice[0] > 1 else self.most) if trying else choice[0]
+            return self._with(threads, step, args)
         switched = threads != self.current
         start = time.perf_counter()
         result = self._with(threads, step, args)
