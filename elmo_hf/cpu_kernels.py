@@ -34,6 +34,7 @@ reordering (2-3 ms against 15-70 ms for the original architecture's 32 MiB hidde
 import contextlib
 import functools
 import math
+import os
 import statistics
 import threading
 import time
@@ -346,9 +347,10 @@ class StepThreads:
     scheduler has put aside: on a 2-vCPU EPYC running two other CPU-bound processes, the original architecture ran 13
     words/s at batch 1 with two threads against 45 with one (156 against 305 at batch 64), while on the idle machine
     two threads are faster. So every so often a few time steps run with the other count (untimed while they pay for
-    the count before it: waking threads, or threads still spinning after a product), and the faster count is kept; while the count in use stays faster the tries
-    grow rarer (every 8, 16, ... up to 1024 time steps), so they cost under 1% once settled. The other steps (a chunk
-    of words, a block of input-to-gate products) take the same count.
+    the count before it: waking threads, or threads still spinning after a product), and the faster count is kept;
+    while the count in use stays faster the tries grow rarer (every 8, 16, ... up to 1024 time steps), so they cost
+    under 1% once settled. A process starts from one thread where the load average already says the machine is busy
+    (`first_count`). The other steps (a chunk of words, a block of input-to-gate products) take the same count.
 
     A count changes the speed only: a kind of step runs with one thread only after one of its steps, run with both
     counts on a state that is not all zeros (where every product is exact), gave the same bits (checked once per
@@ -416,7 +418,9 @@ class StepThreads:
         the other count; the others (once per call) take the count they chose."""
         if self.most == 1:
             return step(*args)
-        choice = self.choices.setdefault(self.most, [self.most, self.FIRST_TRY, self.FIRST_TRY])
+        if self.most not in self.choices:
+            self.choices[self.most] = [first_count(self.most), self.FIRST_TRY, self.FIRST_TRY]
+        choice = self.choices[self.most]
         recent, trial = self.timings.setdefault((name, state.dtype, row_bucket(rows), self.most), ([], []))
         trying = decides and choice[2] <= 0 and len(recent) >= self.TRIAL_STEPS
         threads = (1 if choice[0] > 1 else self.most) if trying else choice[0]
@@ -466,6 +470,18 @@ class StepThreads:
         if threads > 1:
             StepThreads.parallel_until = time.perf_counter()
         return result
+
+
+def first_count(most: int) -> int:
+    """The thread count a process starts from, before any timing: one where the machine already looks busy (a load
+    average of at least the number of cores this process may run on), `most` otherwise. Timing corrects it either
+    way; it spares a process on a busy machine its first steps with threads that wait for a core."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this system
+        return most
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 1 if load >= cores else most
 
 
 def same_results(result: object, other: object) -> bool:

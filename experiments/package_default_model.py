@@ -99,7 +99,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a pretraining folder (elmo-hf pretrain --output)")
     parser.add_argument("--name", default="elmo-en-mini", help="the packaged model's name")
-    parser.add_argument("--storage", default="bfloat16", choices=sorted(STORAGE_DTYPES), help="dtype of the stored weights")
+    parser.add_argument(
+        "--storage", default="bfloat16", choices=sorted(STORAGE_DTYPES), help="dtype of the stored weights"
+    )
     args = parser.parse_args()
     package(args.run_dir, args.name, args.storage)
 

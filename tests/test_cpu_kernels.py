@@ -411,3 +411,18 @@ def test_the_thread_count_of_a_step_never_changes_the_result(fresh_thread_choice
     checked = cpu_kernels.StepThreads.same_bits
     assert {name for name, *_ in checked} == {"token layer", "input to gates", "step"}
     assert all(checked.values())
+
+
+@pytest.mark.parametrize(("load", "expected"), [(0.2, 2), (5.0, 1), (None, 2)])
+def test_a_process_starts_from_one_thread_where_the_machine_looks_busy(monkeypatch, load, expected):
+    """The first count before any timing: one thread at a load average of at least the cores available, torch's count
+    otherwise and where the system has no load average."""
+
+    def load_average():
+        if load is None:
+            raise OSError("no load average")
+        return (load, load, load)
+
+    monkeypatch.setattr(cpu_kernels.os, "getloadavg", load_average)
+    monkeypatch.setattr(cpu_kernels.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert cpu_kernels.first_count(2) == expected

@@ -128,7 +128,8 @@ def test_packaging_ships_the_softmax_in_bfloat16_and_loads_it_as_float32(tmp_pat
     """experiments/package_default_model.py on a small pretraining folder: the packaged folder holds the biLM, the
     softmax and vocab.txt, stored as bfloat16; the Elmo classes load it by name as float32 (the stored values), and
     `corpus_perplexity` takes the name, giving the trained folder's result to bfloat16 rounding."""
-    spec = importlib.util.spec_from_file_location("package_default_model", ROOT / "experiments/package_default_model.py")
+    script = ROOT / "experiments" / "package_default_model.py"
+    spec = importlib.util.spec_from_file_location("package_default_model", script)
     packaging = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(packaging)
     models = tmp_path / "models"
