@@ -28,6 +28,7 @@ Dimension names used in the docstrings: `batch_size`, `sequence_length` (words),
 `projection_dim`, `lstm_dim`; `sequence_length + 2` counts the sentence boundaries `<S>` and `</S>`.
 """
 
+import contextlib
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -445,7 +446,8 @@ class ElmoModel(ElmoPreTrainedModel):
             output_hidden_states = self.config.output_hidden_states
         mask = word_mask(input_ids, attention_mask)
         batch_size, sequence_length = mask.shape
-        with StepThreads.scope():  # the CPU kernels' thread count holds between them
+        # The CPU kernels' thread count holds between them (nothing to hold where a compiler traces the call).
+        with contextlib.nullcontext() if traced() else StepThreads.scope():
             # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
             words_first = WordsFirst(mask, packed=not padded)
             layers, final_state = self.boundary_layers(words_first.apply(input_ids), words_first.mask, lstm_state)
