@@ -372,7 +372,7 @@ class StepThreads:
     # {threads: [count in use, steps between tries, steps until the next try]}: one choice for every kind of
     # step, since a product with two threads slows what follows it too (its second thread spins a while, waiting for
     # more work, on a core that others need), which timing each kind apart would not see.
-    choices: dict[tuple, list[int]] = {}
+    choices: dict[int, list[int]] = {}
     # {(name, dtype, bucket, threads): (seconds of the last steps with the count in use, and of the steps of a try of
     # the other count)}
     timings: dict[tuple, tuple[list[float], list[float]]] = {}
