@@ -97,7 +97,8 @@ class ElmoConfig(PreTrainedConfig):
         use_skip_connections (`bool`, defaults to `True`):
             Residual connection around every LSTM layer but the first.
         initializer_range (`float`, defaults to 0.02):
-            Standard deviation of the normal initialiser for weights that are not loaded.
+            Standard deviation of the normal initialiser of the task heads' weights that are not loaded (the biLM and
+            the word softmax start as the original's did: `docs/pretraining.md`, "Initialisation").
         freeze_bilm (`bool`, defaults to `True`):
             Task heads keep the biLM's weights fixed (the paper's setup); `False` fine-tunes them too.
         scalar_mix_parameters (`list[float]`, *optional*):

@@ -288,6 +288,46 @@ class ElmoModelOutput(ModelOutput):
     lstm_state: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
 
 
+def init_like_the_original(model: "ElmoModel") -> None:
+    """Initialises the biLM as the original's training code did (`docs/pretraining.md`, "Initialisation"):
+    character embeddings uniform in [-1, 1]; the CNN's filters uniform in [-0.05, 0.05] with relu, of standard
+    deviation 1/sqrt(width * dim) with tanh; highway and projection weights of standard deviation 1/sqrt(fan-in), the
+    highway gates nearly closed (bias -2); Glorot-uniform LSTM weights with the forget bias 1. With transformers' 0.02
+    everywhere the token layer starts near zero, and Adam's first steps leave nearly all of its variance in one
+    direction. Weights loaded from a checkpoint are left alone (`transformers.initialization`)."""
+    encoder = model.token_encoder
+    characters = encoder.char_embeddings.weight
+    init.uniform_(characters, -1.0, 1.0)
+    # A slice does not carry the flag that keeps a loaded tensor as it was: ask the whole tensor (as transformers does
+    # for padding rows). Nothing is drawn from the random generator for a loaded tensor.
+    if not getattr(characters, "_is_hf_initialized", False):
+        init.zeros_(characters[encoder.char_embeddings.padding_idx])
+    for convolution in encoder.char_cnn.convolutions:
+        if encoder.char_cnn.activation is torch.relu:
+            init.uniform_(convolution.weight, -0.05, 0.05)
+        else:
+            init.normal_(convolution.weight, std=(convolution.kernel_size[0] * convolution.in_channels) ** -0.5)
+        init.zeros_(convolution.bias)
+    for layer in encoder.highway.layers:
+        for linear, bias in ((layer.transform, 0.0), (layer.gate, -2.0)):
+            init.normal_(linear.weight, std=linear.in_features**-0.5)
+            init.constant_(linear.bias, bias)
+    init.normal_(encoder.projection.weight, std=encoder.projection.in_features**-0.5)
+    init.zeros_(encoder.projection.bias)
+    for layer in model.bilm.layers:
+        for cell in (layer.forward_cell, layer.backward_cell):
+            lstm_dim = cell.projection.in_features
+            # TensorFlow's LSTM kernel is one matrix over [input; hidden]: one Glorot bound for both halves.
+            bound = (6.0 / (cell.input_to_gates.in_features + cell.hidden_to_gates.in_features + 4 * lstm_dim)) ** 0.5
+            init.uniform_(cell.input_to_gates.weight, -bound, bound)
+            init.uniform_(cell.hidden_to_gates.weight, -bound, bound)
+            init.zeros_(cell.hidden_to_gates.bias)
+            if not getattr(cell.hidden_to_gates.bias, "_is_hf_initialized", False):
+                init.ones_(cell.hidden_to_gates.bias[lstm_dim : 2 * lstm_dim])
+            bound = (6.0 / (lstm_dim + cell.projection.out_features)) ** 0.5
+            init.uniform_(cell.projection.weight, -bound, bound)
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     """Weight initialisation and loading for every ELMo model."""
 
@@ -308,11 +348,19 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
+        """transformers' defaults, except for the biLM and the word softmax, which start as the original's training
+        code started them (`init_like_the_original`)."""
         super()._init_weights(module)
+        if module is getattr(self, "softmax", None):
+            init.normal_(module.weight, std=module.in_features**-0.5)
+            init.zeros_(module.bias)
         if isinstance(module, ElmoScalarMix):
             module.reset_parameters()
         if isinstance(module, ElmoModel):
             init.copy_(module.boundary_char_ids, module.boundary_char_ids_of(module.config))
+            # Here, not per submodule: transformers skips the submodules of remote code that hold no parameter of
+            # their own (the encoder, the cells), and the model itself always comes here (its buffer).
+            init_like_the_original(module)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *args, **kwargs):

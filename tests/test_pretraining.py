@@ -157,6 +157,47 @@ def test_sampled_softmax_trains_and_evaluation_stays_fully_normalised():
     assert not math.isclose(sampled.loss.item(), full(**batch).loss.item(), rel_tol=1e-3)
 
 
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_a_new_model_starts_as_the_originals_training_code_started_it(activation, tmp_path):
+    """Built from a config, the biLM and the softmax get the original's initial values (docs/pretraining.md,
+    "Initialisation"), not transformers' 0.02 everywhere; loading a folder keeps the saved weights and leaves the
+    random generator as it was."""
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(tiny_config(activation=activation, lstm_dim=64, projection_dim=32, word_vocab_size=500))
+    encoder, config = model.elmo.token_encoder, model.config
+    characters = encoder.char_embeddings.weight
+    assert characters[0].abs().max() == 0 and characters.abs().max() <= 1 and 0.5 < characters[1:].std() < 0.65
+    for convolution, (width, _) in zip(encoder.char_cnn.convolutions, config.filters):
+        expected_std = 0.1 / 12**0.5 if activation == "relu" else (width * config.char_embedding_dim) ** -0.5
+        assert abs(convolution.weight.std() / expected_std - 1) < 0.3 and convolution.bias.abs().max() == 0
+        if activation == "relu":
+            assert convolution.weight.abs().max() <= 0.05
+    highway = encoder.highway.layers[0]
+    assert torch.equal(highway.gate.bias, torch.full_like(highway.gate.bias, -2.0))
+    assert highway.transform.bias.abs().max() == 0
+    for linear in (highway.transform, highway.gate, encoder.projection):
+        assert abs(linear.weight.std() * linear.in_features**0.5 - 1) < 0.1
+    for layer in model.elmo.bilm.layers:
+        for cell in (layer.forward_cell, layer.backward_cell):
+            bound = (6 / (2 * 32 + 4 * 64)) ** 0.5
+            assert cell.input_to_gates.weight.abs().max() <= bound and cell.hidden_to_gates.weight.abs().max() <= bound
+            assert abs(cell.input_to_gates.weight.std() / (bound / 3**0.5) - 1) < 0.1
+            expected_bias = torch.zeros(4 * 64)
+            expected_bias[64:128] = 1.0  # the forget gate's, in the order i, f, g, o
+            assert torch.equal(cell.hidden_to_gates.bias, expected_bias)
+            assert cell.projection.weight.abs().max() <= (6 / (64 + 32)) ** 0.5
+    assert abs(model.softmax.weight.std() * 32**0.5 - 1) < 0.1 and model.softmax.bias.abs().max() == 0
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5)
+    model.save_pretrained(tmp_path)
+    for model_class, saved in ((ElmoForPreTraining, model), (ElmoModel, model.elmo)):
+        generator_state = torch.random.get_rng_state()
+        loaded = model_class.from_pretrained(tmp_path)
+        assert torch.equal(torch.random.get_rng_state(), generator_state)  # loading draws nothing
+        assert all(torch.equal(parameter, saved.get_parameter(name)) for name, parameter in loaded.named_parameters())
+
+
 @pytest.mark.parametrize("softmax_type", ["full", "sampled"])
 def test_every_parameter_takes_part_in_the_loss(softmax_type):
     """`elmo-hf pretrain` tells DDP that no parameter goes unused (no search of the graph at every step): every
