@@ -17,6 +17,8 @@ import importlib
 import logging
 from contextlib import contextmanager
 
+from elmo_hf_cli import __version__  # one version: the console command's module holds it, pyproject reads it there
+
 
 @contextmanager
 def _quiet_dependency_imports():
@@ -73,8 +75,6 @@ ElmoTokenizer.register_for_auto_class()
 for auto_class, model_class in AUTO_CLASSES.items():
     auto_class.register(ElmoConfig, model_class, exist_ok=True)
     model_class.register_for_auto_class(auto_class.__name__)
-
-__version__ = "0.1.0"
 
 
 # The library under the commands, imported on first use (Trainer, h5py and the exporters are not needed to run a

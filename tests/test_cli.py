@@ -2,21 +2,44 @@
 and maps the library's two error classes to it."""
 
 import argparse
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
 import elmo_hf
+import elmo_hf_cli
 from elmo_hf import cli
 from elmo_hf.errors import ElmoInputError, ElmoRunError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_command_module_is_registered_with_its_summary():
     assert sorted(cli.COMMANDS) == [
         "convert", "convert-manylangs", "embed", "export", "export-onnx", "merge-shards", "perplexity", "pretrain"
     ]
+    assert list(cli.COMMANDS) == list(elmo_hf_cli.COMMANDS)
     for name, module in cli.COMMANDS.items():
         assert module.__name__ == f"elmo_hf.cli.{name.replace('-', '_')}"
-        assert module.SUMMARY and callable(module.add_arguments) and callable(module.run)
+        assert elmo_hf_cli.COMMANDS[name] and callable(module.add_arguments) and callable(module.run)
+        assert cli.build_parser(name).description == elmo_hf_cli.COMMANDS[name]
+
+
+def test_help_and_version_import_neither_torch_nor_transformers():
+    """`elmo-hf --help` and `elmo-hf --version` answer at once (the console script is `elmo_hf_cli:main`): nothing
+    of the library, torch or transformers is imported for them."""
+    program = (
+        "import sys, elmo_hf_cli\n"
+        "assert elmo_hf_cli.main(['--help']) == 0 and elmo_hf_cli.main(['--version']) == 0\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'transformers', 'elmo_hf')))"
+    )
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+    assert run.stdout.splitlines()[-1] == "[]"
+    assert "elmo-hf COMMAND" in run.stdout and f"elmo-hf {elmo_hf.__version__}" in run.stdout
+    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"] == {"elmo-hf": "elmo_hf_cli:main"}
 
 
 def test_help_lists_the_commands_and_the_exit_status_rule(capsys):

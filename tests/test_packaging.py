@@ -44,7 +44,7 @@ def imported_distributions(folder: Path, top_level_only: bool, skip: Path | None
                 modules |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 modules.add(node.module.split(".")[0])
-    modules -= set(sys.stdlib_module_names) | {"elmo_hf"}
+    modules -= set(sys.stdlib_module_names) | {"elmo_hf", "elmo_hf_cli"}
     distributions = importlib.metadata.packages_distributions()
     return {normalized(distributions[module][0]) for module in modules}
 

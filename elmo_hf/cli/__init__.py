@@ -14,7 +14,9 @@
 """The `elmo-hf` command line: `elmo-hf COMMAND [options]`.
 
 This package is the command layer only: each command is a module of it that parses its options (`add_arguments`)
-and calls a typed function of the library (`elmo_hf.corpus`, `elmo_hf.conversion`) in `run`. Every command follows
+and calls a typed function of the library (`elmo_hf.corpus`, `elmo_hf.conversion`) in `run`. The list of commands,
+`elmo-hf --help` and `elmo-hf --version` are the top-level module `elmo_hf_cli`'s, which imports no torch; `main` here
+is its `main`. Every command follows
 one exit-status rule, stated in `elmo-hf --help`: 0 success; 2 input or options unusable (one `error:` line, nothing
 written); 1 a failure while running (one `error:` line saying what was kept); 130 interrupted.
 """
@@ -22,10 +24,10 @@ written); 1 a failure while running (one `error:` line saying what was kept); 13
 import argparse
 import sys
 
-from ..errors import ElmoInputError, ElmoRunError
+from elmo_hf_cli import COMMANDS as SUMMARIES
+from elmo_hf_cli import EXIT_STATUS, main  # noqa: F401 (`python -m elmo_hf.cli`, `elmo_hf.cli.main`)
 
-EXIT_STATUS = """exit status: 0 success; 2 input or options unusable (nothing written); 1 a failure while running (what
-was completed is kept, as the error says); 130 interrupted."""
+from ..errors import ElmoInputError, ElmoRunError
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -57,11 +59,10 @@ def set_threads(threads: int | None) -> None:
 
 def build_parser(name: str) -> argparse.ArgumentParser:
     """The option parser of command `name`, as `elmo-hf NAME --help` shows it."""
-    module = COMMANDS[name]
     parser = argparse.ArgumentParser(
-        prog=f"elmo-hf {name}", description=module.SUMMARY, epilog=EXIT_STATUS, formatter_class=HelpFormatter
+        prog=f"elmo-hf {name}", description=SUMMARIES[name], epilog=EXIT_STATUS, formatter_class=HelpFormatter
     )
-    module.add_arguments(parser)
+    COMMANDS[name].add_arguments(parser)
     return parser
 
 
@@ -83,36 +84,8 @@ def run_subcommand(name: str, argv: list[str] | None = None) -> int:
         return 130
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `elmo-hf` console command."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--version"]:
-        from .. import __version__
-
-        print(f"elmo-hf {__version__}")
-        return 0
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        width = max(map(len, COMMANDS))
-        lines = [f"  {name:<{width}}  {module.SUMMARY}" for name, module in COMMANDS.items()]
-        print("usage: elmo-hf COMMAND [options]   (elmo-hf COMMAND --help for its options; elmo-hf --version)\n", *lines, "",
-              EXIT_STATUS, sep="\n")
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"\nerror: unknown command {argv[0]!r}", file=sys.stderr)
-            return 2
-        return 0 if argv else 2
-    return run_subcommand(argv[0], argv[1:])
-
-
 # The commands, imported after `run_subcommand` and `add_threads_argument`, which they import.
 from . import convert, convert_manylangs, embed, export, export_onnx, merge_shards, perplexity, pretrain  # noqa: E402
 
-COMMANDS = {
-    "convert": convert,
-    "convert-manylangs": convert_manylangs,
-    "export": export,
-    "pretrain": pretrain,
-    "perplexity": perplexity,
-    "export-onnx": export_onnx,
-    "embed": embed,
-    "merge-shards": merge_shards,
-}
+# Each command of `elmo_hf_cli.COMMANDS` (its summary), by name: the module that parses its options and runs it.
+COMMANDS = {name: globals()[name.replace("-", "_")] for name in SUMMARIES}

@@ -31,7 +31,6 @@ from ..conversion.hub import (
 from ..errors import ElmoRunError
 from . import add_threads_argument, run_subcommand
 
-SUMMARY = 'convert an original options.json + weights .hdf5 to a Hugging Face folder'
 
 
 def add_output_arguments(parser: argparse.ArgumentParser, what: str = "folder to write") -> None:

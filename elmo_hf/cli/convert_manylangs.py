@@ -21,7 +21,6 @@ from ..conversion.manylangs import convert_manylangs
 from . import add_threads_argument, run_subcommand
 from .convert import add_output_arguments
 
-SUMMARY = 'convert an ELMoForManyLangs model folder (44 languages)'
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -27,7 +27,6 @@ from ..corpus.embed import (
 from ..packaged_elmo import DEFAULT_MODEL
 from . import add_threads_argument, run_subcommand
 
-SUMMARY = "ELMo vectors of a text file, one sentence a line, into an allennlp-style HDF5 file"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -19,7 +19,6 @@ from ..conversion.export import export_original
 from . import add_threads_argument, run_subcommand
 from .convert import add_output_arguments
 
-SUMMARY = 'export an elmo-hf folder to the original options.json + weights.hdf5'
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,6 @@ import argparse
 from ..conversion.onnx import MODEL_CLASSES, ONNX_OPSET, export_onnx
 from . import add_threads_argument, run_subcommand
 
-SUMMARY = 'export a model folder or packaged model (base model or head) to ONNX, checked in onnxruntime'
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

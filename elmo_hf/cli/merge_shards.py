@@ -20,7 +20,6 @@ import sys
 from ..corpus.embed import merge_shards
 from . import run_subcommand
 
-SUMMARY = "merge the shards of an `elmo-hf embed` run under torchrun"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -19,7 +19,6 @@ from ..corpus.data import DECODING_ERRORS
 from ..corpus.perplexity import corpus_perplexity
 from . import add_threads_argument, run_subcommand
 
-SUMMARY = "each direction's perplexity of a pretraining folder's biLM on text files"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

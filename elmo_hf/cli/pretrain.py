@@ -22,7 +22,6 @@ from ..corpus.data import DECODING_ERRORS
 from ..corpus.pretraining import DEFAULT_ARCHITECTURE, PRESETS, SCHEDULERS, pretrain
 from . import add_threads_argument, run_subcommand
 
-SUMMARY = "pretrain a biLM on text files, or adapt a model to new text"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
