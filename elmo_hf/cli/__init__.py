@@ -16,9 +16,9 @@
 This package is the command layer only: each command is a module of it that parses its options (`add_arguments`)
 and calls a typed function of the library (`elmo_hf.corpus`, `elmo_hf.conversion`) in `run`. The list of commands,
 `elmo-hf --help` and `elmo-hf --version` are the top-level module `elmo_hf_cli`'s, which imports no torch; `main` here
-is its `main`. Every command follows
-one exit-status rule, stated in `elmo-hf --help`: 0 success; 2 input or options unusable (one `error:` line, nothing
-written); 1 a failure while running (one `error:` line saying what was kept); 130 interrupted.
+is its `main`. Every command follows one exit-status rule, stated in `elmo-hf --help`: 0 success; 2 input or options
+unusable (one `error:` line, nothing written); 1 a failure while running (one `error:` line saying what was kept); 130
+interrupted.
 """
 
 import argparse

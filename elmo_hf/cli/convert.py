@@ -32,7 +32,6 @@ from ..errors import ElmoRunError
 from . import add_threads_argument, run_subcommand
 
 
-
 def add_output_arguments(parser: argparse.ArgumentParser, what: str = "folder to write") -> None:
     """`--output` and `--overwrite`, as every command that writes a folder takes them (see `staged_folder`)."""
     parser.add_argument("--output", required=True, help=f"{what} (must be empty or absent; it appears only when "

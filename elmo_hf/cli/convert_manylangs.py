@@ -22,7 +22,6 @@ from . import add_threads_argument, run_subcommand
 from .convert import add_output_arguments
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `elmo-hf convert-manylangs` options."""
     parser.add_argument("--model", required=True, help="the unpacked ELMoForManyLangs model folder")

@@ -28,7 +28,6 @@ from ..packaged_elmo import DEFAULT_MODEL
 from . import add_threads_argument, run_subcommand
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", help="text file, one sentence a line (UTF-8), or - for standard input")
     parser.add_argument("output", help="HDF5 file to write (allennlp elmo layout)")

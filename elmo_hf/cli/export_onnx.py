@@ -19,7 +19,6 @@ from ..conversion.onnx import MODEL_CLASSES, ONNX_OPSET, export_onnx
 from . import add_threads_argument, run_subcommand
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `elmo-hf export-onnx` options."""
     parser.add_argument("--model", help="a converted (elmo-hf convert) or saved (save_pretrained) model folder, or a "

@@ -21,7 +21,6 @@ from ..corpus.embed import merge_shards
 from . import run_subcommand
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("output", help="the OUTPUT given to elmo-hf embed; its shards are OUTPUT.shard-R-of-N")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT (default: off)")

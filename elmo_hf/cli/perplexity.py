@@ -20,7 +20,6 @@ from ..corpus.perplexity import corpus_perplexity
 from . import add_threads_argument, run_subcommand
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `elmo-hf perplexity` options."""
     parser.add_argument("--model", required=True, help="pretraining folder (written by `elmo-hf pretrain`)")

@@ -23,7 +23,6 @@ from ..corpus.pretraining import DEFAULT_ARCHITECTURE, PRESETS, SCHEDULERS, pret
 from . import add_threads_argument, run_subcommand
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `elmo-hf pretrain` options."""
     data = parser.add_argument_group("data")
