@@ -80,7 +80,7 @@ from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer, export_original
 from elmo_hf.conversion.checkpoint import convert_config, read_options, read_weights
 from elmo_hf.conversion.convert import model_from_checkpoint
 from elmo_hf.conversion.export import OPTIONS_FILE, WEIGHTS_FILE
-from elmo_hf.cpu_kernels import ReorderTimings, onednn_linear
+from elmo_hf.cpu_kernels import ReorderTimings, available_cores, onednn_linear
 
 ARCHITECTURES = {
     "small": dict(lstm_dim=1024, projection_dim=128, num_highway_layers=1),  # 2x1024_128_2048cnn_1xhighway
@@ -316,7 +316,7 @@ def cpu_description() -> str:
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         level, kind, size = ((index / name).read_text().strip() for name in ("level", "type", "size"))
         caches.append(f"L{level}{'d' if kind == 'Data' else 'i' if kind == 'Instruction' else ''} {size}")
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    available = available_cores()
     present = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in CPU_FLAGS) if flags else "unknown"
     return (
         f"{model}, {os.cpu_count()} CPUs, {available} available to this process; flags: {present}; "

@@ -480,8 +480,12 @@ def first_count(most: int) -> int:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # no load average on this system
         return most
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return 1 if load >= cores else most
+    return 1 if load >= available_cores() else most
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity where the system has one, else every core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def same_results(result: object, other: object) -> bool:
