@@ -234,6 +234,8 @@ def unwritable(tmp_path: Path) -> Path:
         (["--learning-rate", "nan"], "--learning-rate nan: must be finite"),
         (["--optimizer", "bogus"], "--optimizer 'bogus': must be a Trainer optimizer name"),
         (["--threads", "0"], "--threads 0: must be a positive integer"),
+        (["--warmup-steps", "5"], "--warmup-steps 5: --lr-scheduler constant does not warm up; use "
+                                  "constant_with_warmup"),  # constant is the default schedule
         (["--streaming"], "--streaming reads the text as a stream of unknown length: give --max-steps"),
         (["--filters", ""], "--filters '': give"),
         (["--model", "elmo-en-mini"], "--lstm-dim, --projection-dim, --num-highway-layers, --filters and --model "

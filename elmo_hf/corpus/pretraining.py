@@ -103,6 +103,8 @@ _MODEL_FILE_NAMES = {
 }
 OPTIMIZERS = tuple(name.value for name in OptimizerNames)
 SCHEDULERS = tuple(name.value for name in SchedulerType)
+# Trainer's schedules that take no warm-up: with them, --warmup-steps would be ignored without a word.
+SCHEDULERS_WITHOUT_WARMUP = ("constant", "reduce_lr_on_plateau", "greedy")
 
 
 class PreTrainingError(ElmoInputError):
@@ -412,6 +414,11 @@ def check_options(values: dict) -> None:
     for name, rule, holds in rules:
         if not holds(values[name]):
             raise PreTrainingError(f"--{name.replace('_', '-')} {values[name]!r}: must be {rule}.")
+    if values["warmup_steps"] and values["lr_scheduler"] in SCHEDULERS_WITHOUT_WARMUP:
+        raise PreTrainingError(
+            f"--warmup-steps {values['warmup_steps']}: --lr-scheduler {values['lr_scheduler']} does not warm up; use "
+            f"constant_with_warmup (or another schedule with warm-up), or leave out --warmup-steps."
+        )
 
 
 class OutputFolder:
