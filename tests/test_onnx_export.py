@@ -296,7 +296,8 @@ def test_export_onnx_of_a_converted_manylangs_folder(tmp_path):
 
 def test_export_onnx_takes_a_packaged_model_name_but_writes_only_to_output(tmp_path, capsys):
     """Issue 26 item 1: `--model elmo-en-mini` works offline; its folder is inside the installed package, so the
-    graph goes to `--output`, and without it the command says so and writes nothing."""
+    graph goes to `--output`, and without it the command says so and writes nothing. It is a pretraining folder
+    (biLM and softmax): the graph is its biLM's, whose first output is `last_hidden_state`."""
     from elmo_hf.packaged_elmo import packaged_model_path
 
     before = sorted(path.name for path in Path(packaged_model_path()).iterdir())
@@ -306,6 +307,10 @@ def test_export_onnx_takes_a_packaged_model_name_but_writes_only_to_output(tmp_p
     assert cli_main(["export-onnx", "--model", "elmo-en-mini", "--output", str(tmp_path / "mini")]) == 0
     assert (tmp_path / "mini" / "model.onnx").is_file()
     assert sorted(path.name for path in Path(packaged_model_path()).iterdir()) == before
+    import onnx
+
+    outputs = onnx.load(str(tmp_path / "mini" / "model.onnx")).graph.output
+    assert [output.name for output in outputs][:1] == ["last_hidden_state"], [output.name for output in outputs]
 
 
 def test_export_onnx_unusable_places_give_one_error_line(tmp_path, read_only_folder, capsys):

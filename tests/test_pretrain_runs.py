@@ -302,7 +302,10 @@ def test_pretrain_and_corpus_perplexity_are_typed_functions_without_argparse(cor
 
 
 def test_perplexity_takes_a_packaged_model_by_its_name_offline(corpus, capsys):
-    """Issue 26 item 1: `--model elmo-en-mini` is the packaged model (here refused at once: it ships no softmax),
-    not a Hub repository asked for."""
-    assert run("perplexity", "--model", "elmo-en-mini", "--text", corpus) == 2
-    assert re.search("elmo-en-mini/vocab.txt: perplexity needs a pretraining folder", error_line(capsys))
+    """Issue 26 item 1: `--model elmo-en-mini` is the packaged model, with its softmax and vocabulary, not a Hub
+    repository asked for: it gives both directions' perplexity."""
+    assert run("perplexity", "--model", "elmo-en-mini", "--text", corpus) == 0
+    printed = capsys.readouterr().out
+    for direction in ("forward", "backward"):
+        value = float(re.search(rf"{direction} perplexity\s+([0-9.]+)", printed).group(1))
+        assert 1 < value < 16000  # a normalised perplexity over its 16,000-word softmax

@@ -53,6 +53,11 @@ MODEL_CLASSES: dict[str, type[ElmoPreTrainedModel]] = {
     "token-classification": ElmoForTokenClassification,
     "text-classification": ElmoForSequenceClassification,
 }
+# The task a folder exports without --task, by its config's architecture; a pretraining folder (the packaged model
+# among them) exports its biLM's layers, since its word softmax serves training only.
+ARCHITECTURE_TASKS = {cls.__name__: task for task, cls in MODEL_CLASSES.items()} | {
+    "ElmoForPreTraining": "feature-extraction"
+}
 
 
 class OnnxExportError(ElmoInputError):
@@ -241,7 +246,7 @@ def export_onnx(
         ) from error
     try:
         architecture = (ElmoConfig.from_pretrained(folder).architectures or ["ElmoModel"])[0]
-        task = task or next((name for name, cls in MODEL_CLASSES.items() if cls.__name__ == architecture), None)
+        task = task or ARCHITECTURE_TASKS.get(architecture)
         eager = MODEL_CLASSES[task].from_pretrained(folder).eval() if task else None
     except UNREADABLE_FOLDER_ERRORS as error:
         raise OnnxExportError(f"--model {model} cannot be loaded: {error}") from error
