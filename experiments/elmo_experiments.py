@@ -255,10 +255,12 @@ def evaluate(model: Tagger, data: Encoded, tags: list[str], task: str) -> float:
 
 
 def run_config(args: argparse.Namespace) -> dict:
-    """The fields that identify a tagger run (what `grid` compares to skip runs already made); `epochs_option` is
-    the `--epochs` given, None for the task's default."""
+    """The fields that identify a tagger run (what `grid` compares to skip runs already made); `weights` is the
+    biLM's digest (a retrained model of the same name is another run), `epochs_option` the `--epochs` given, None
+    for the task's default."""
     use_elmo = args.elmo != "none"
     return {"task": args.task, "elmo": args.elmo, "model": args.model if use_elmo else None,
+            "weights": model_digest(args.model) if use_elmo else None,
             "fraction": args.fraction, "seed": args.seed, "l2": args.l2 if use_elmo else None,
             "output_mix": args.output_mix if use_elmo else None, "epochs_option": args.epochs}
 

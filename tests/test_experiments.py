@@ -134,6 +134,8 @@ def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
     records.append(dict(task="ner", elmo="frozen", model=DEFAULT_MODEL, fraction=1.0, seed=0, l2=0.001,
                         output_mix=False, epochs_option=60, test=40.0, seconds=3.0,
                         mix_weights={"input": longer["input"]}))
+    records.append(dict(task="pos", elmo="frozen", model="/runs/en-mini", weights="595288c134d9", fraction=1.0,
+                        seed=0, l2=0.001, epochs_option=6, test=97.0, seconds=4.0, mix_weights=weights))
     for weights, share in (("old", 0.99), ("new", 0.4)):  # the vectors' checks of a model and its retrained self
         records.append(dict(check="layers", model=DEFAULT_MODEL, weights=weights, top3_variance=[share, 0.7, 0.5],
                             mean_cosine=[0.8, 0.5, 0.4]))
@@ -152,8 +154,9 @@ def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
     cell = "50.00 ± 0.00 (n=1, 60 epochs)<br>52.00 ± 0.00 (n=1, 90 epochs)"  # one line per number of epochs
     assert f"| ELMo (elmo-en-mini), longer training |  |  | {cell} | 3 |" in printed
     assert "| ELMo (elmo-en-mini), input mix only, longer training |  |  | 40.00 ± 0.00 (n=1, 60 epochs) |" in printed
-    assert "| input | 100% | 0.001 | 2 | 0.200 | 0.500 | 0.300 | 1.100 |" in printed
-    assert "| output | 1% | 1 | 2 | 0.300 | 0.300 | 0.400 | 0.900 |" in printed
+    assert "| ELMo (elmo-en-mini), longer training |  |  | 97.00 ± 0.00 (n=1, 6 epochs) | 4 |" in printed  # named
+    assert f"| {DEFAULT_MODEL} | input | 100% | 0.001 | 2 | 0.200 | 0.500 | 0.300 | 1.100 |" in printed
+    assert f"| {DEFAULT_MODEL} | output | 1% | 1 | 2 | 0.300 | 0.300 | 0.400 | 0.900 |" in printed
     assert "| 1: first biLSTM layer | 81.00 | 90.00 |" in printed  # records without "epochs" were made with 3
     assert "| 0: token layer (character CNN) | 80.00 |  |" in printed
     assert f"linear probe, {DEFAULT_MODEL} (retrained12), 3 epochs |" in printed
