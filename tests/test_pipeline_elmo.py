@@ -270,3 +270,17 @@ def test_pipelines_from_the_folders_alone(folders, ner, tmp_path):
         assert {entry["label"]: entry["score"] for entry in ranked} == pytest.approx(
             {label: float(probabilities[row, index]) for index, label in enumerate(("neg", "neu", "pos"))}, abs=1e-5
         )
+
+
+def test_the_stock_feature_extraction_pipeline_keeps_words_together_through_tokenize_kwargs(converted, extractor):
+    """Issue 26 item 2, without ElmoFeatureExtractionPipeline: the stock pipeline drops `is_split_into_words`, but
+    passes `tokenize_kwargs` to the tokenizer, which then keeps each list of words one sentence; a list of words whose
+    items reach the tokenizer one by one (a flat list) is refused there, not embedded word by word."""
+    stock = pipeline("feature-extraction", model=str(converted["allennlp"]))
+    assert type(stock) is not ElmoFeatureExtractionPipeline
+    words = ["the", "bank", "of", "the", "river"]
+    several = stock([words, ["bank"]], tokenize_kwargs={"is_split_into_words": True})
+    np.testing.assert_array_equal(several[0], extractor(words, is_split_into_words=True))
+    np.testing.assert_array_equal(several[1], extractor("bank"))
+    with pytest.raises(TypeError, match="With is_split_into_words=True, pass a list of words"):
+        stock(words, tokenize_kwargs={"is_split_into_words": True})
