@@ -112,6 +112,14 @@ def test_grid_lists_every_run_once_in_order_and_skips_recorded_ones(tmp_path, mo
     assert [run["elmo"] for run in made] == ["none", "none", "frozen"] and len(made) == 3
     assert experiments.main(["grid", "--probe-layers", "0", "--results", str(results)]) == 0
     assert len(made) == 3  # everything recorded: nothing runs again
+    probed = []
+    monkeypatch.setattr(experiments, "probe", lambda args: probed.append(args.layer) or {
+        "probe": "pos", "model": args.model, "weights": experiments.model_digest(args.model), "layer": args.layer})
+    experiments.append_record(results, {"probe": "pos", "model": DEFAULT_MODEL, "weights": "an0ther0ne00", "layer": 0})
+    assert experiments.main(["grid", "--probe-layers", "1", "--results", str(results)]) == 0
+    assert probed == [0]  # the same name with other weights (a retrained model) is probed again
+    assert experiments.main(["grid", "--probe-layers", "1", "--results", str(results)]) == 0
+    assert probed == [0]
 
 
 def test_report_prints_tables_and_writes_plots(tmp_path, capsys):
