@@ -746,8 +746,9 @@ def main(argv: list[str] | None = None) -> int:
         adapted = dict(item.split("=", 1) for item in args.adapted)
         records = read_records(args.results)
         done_probes = {(record.get("weights"), record["layer"]) for record in records if "probe" in record}
+        weights = model_digest(args.model)  # a retrained model of the same name is probed again
         for layer in range(args.probe_layers):
-            if (model_digest(args.model), layer) not in done_probes:  # a retrained model of the same name: again
+            if (weights, layer) not in done_probes:
                 append_record(args.results, probe(argparse.Namespace(**{**vars(args), "layer": layer})))
         for run in grid_runs(args.tasks, adapted):
             run_args = argparse.Namespace(**{**vars(args), "model": DEFAULT_MODEL, "l2": 0.001, "output_mix": True,

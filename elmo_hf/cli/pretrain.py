@@ -19,7 +19,7 @@ import os
 import sys
 
 from ..corpus.data import DECODING_ERRORS
-from ..corpus.pretraining import DEFAULT_ARCHITECTURE, PRESETS, SCHEDULERS, pretrain
+from ..corpus.pretraining import DEFAULT_ARCHITECTURE, PRESETS, SCHEDULERS, SCHEDULERS_WITHOUT_WARMUP, pretrain
 from . import add_threads_argument, run_subcommand
 
 
@@ -63,8 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--lr-scheduler", default="constant", choices=SCHEDULERS, metavar="NAME",
                        help=f"learning-rate schedule: {', '.join(SCHEDULERS)}")
     train.add_argument("--warmup-steps", type=int, default=0,
-                       help="steps of linear warm-up (refused with the schedules that have none: constant, "
-                       "reduce_lr_on_plateau, greedy)")
+                       help="steps of linear warm-up (refused with the schedules that have none: "
+                       f"{', '.join(SCHEDULERS_WITHOUT_WARMUP)})")
     train.add_argument("--max-grad-norm", type=float, default=1.0, help="clip the gradients' norm to this")
     train.add_argument("--epochs", type=float, default=10, help="passes over --train (unless --max-steps)")
     train.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps (overrides --epochs)")
