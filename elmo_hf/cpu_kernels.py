@@ -60,6 +60,8 @@ from .reference_elmo import (
 # At 256 rows the original architecture's block is 16 MiB, below the 32 MiB up to which the C allocator reuses freed
 # memory instead of mapping fresh pages for every block.
 GATE_INPUT_BLOCK_ROWS = 256
+# The steps of `StepThreads.run_rows` run on row counts rounded up to a multiple of this.
+ROW_MULTIPLE = 8
 
 
 def onednn_available() -> bool:
@@ -349,8 +351,11 @@ class StepThreads:
     two threads are faster. So every so often a few time steps run with the other count (untimed while they pay for
     the count before it: waking threads, or threads still spinning after a product), and the faster count is kept;
     while the count in use stays faster the tries grow rarer (every 8, 16, ... up to 1024 time steps), so they cost
-    under 1% once settled. A process starts from one thread where the load average already says the machine is busy
-    (`first_count`). The other steps (a chunk of words, a block of input-to-gate products) take the same count.
+    under 1% once settled. Where the run queue says that no core is free for a second thread (`cores_free`: other
+    CPU-bound processes hold them), a try of two threads is put off by an interval without running a step: with
+    two threads each product would wait for a core, and the tries alone cost a busy process a fifth of its speed. A
+    process starts from one thread where the machine already looks busy (`first_count`). The other steps (a chunk of
+    words, a block of input-to-gate products) take the same count.
 
     A count changes the speed only: a kind of step runs with one thread only after one of its steps, run with both
     counts on a state that is not all zeros (where every product is exact), gave the same bits (checked once per
@@ -423,6 +428,9 @@ class StepThreads:
         choice = self.choices[self.most]
         recent, trial = self.timings.setdefault((name, state.dtype, row_bucket(rows), self.most), ([], []))
         trying = decides and choice[2] <= 0 and len(recent) >= self.TRIAL_STEPS
+        if trying and choice[0] == 1 and not trial and not self._second_core_free():
+            # No core for a second thread now: trying two would only wait for one. Ask again an interval later.
+            choice[2], trying = choice[1], False
         threads = (1 if choice[0] > 1 else self.most) if trying else choice[0]
         if threads == 1:
             bits_key = (name, state.dtype, rows, self.most)
@@ -462,6 +470,27 @@ class StepThreads:
             trial.clear()
         return result
 
+    def run_rows(self, name: str, step: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        """`step(rows)`, a step `name` that maps each row of `rows` `(count, ...)` to the same row of its result on its
+        own (a block of input-to-gate products, a chunk of words), run once per call with the count the time steps
+        chose. It runs on `rows` padded with zero rows to a multiple of `ROW_MULTIPLE`, and the padding's results are
+        dropped: a kind of step is checked for same bits once per row count it runs on, and on a busy machine the
+        check's run with torch's count waits for cores, so a fresh process of short sentences checked a count for
+        almost every sentence; padded, one in `ROW_MULTIPLE` (for at most `ROW_MULTIPLE - 1` rows more)."""
+        count = rows.shape[0]
+        if count % ROW_MULTIPLE:
+            rows = torch.cat([rows, rows.new_zeros(-count % ROW_MULTIPLE, *rows.shape[1:])])
+        return self.run(name, rows.shape[0], step, rows, state=rows, decides=False)[:count]
+
+    @classmethod
+    def _second_core_free(cls) -> bool:
+        """Whether the run queue leaves a core for a second thread (`cores_free`; true where it cannot tell), asked
+        once this process's own threads have stopped spinning (until then they count as others)."""
+        if time.perf_counter() - cls.parallel_until <= cls.SPIN_SECONDS:
+            return True
+        free = cores_free()
+        return free is None or free >= 2
+
     def _with(self, threads: int, step: Callable[..., object], args: tuple) -> object:
         if threads != self.current:
             torch.set_num_threads(threads)
@@ -474,13 +503,32 @@ class StepThreads:
 
 def first_count(most: int) -> int:
     """The thread count a process starts from, before any timing: one where the machine already looks busy (a load
-    average of at least the number of cores this process may run on), `most` otherwise. Timing corrects it either
-    way; it spares a process on a busy machine its first steps with threads that wait for a core."""
+    average of at least the number of cores this process may run on, or no core free for a second thread now,
+    `cores_free`), `most` otherwise. Timing corrects it either way; it spares a process on a busy machine its first
+    steps with threads that wait for a core."""
+    free = cores_free()
+    if free is not None and free < 2:
+        return 1
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # no load average on this system
         return most
     return 1 if load >= available_cores() else most
+
+
+def cores_free() -> int | None:
+    """The cores that no other thread is running or waiting to run on right now: the machine's cores less the other
+    runnable threads of the run queue (Linux's `/proc/loadavg` counts the caller among them). None where it cannot
+    tell: no such file, or this process may run on only some of the cores (the count is the whole machine's)."""
+    cores = os.cpu_count()
+    if cores is None or available_cores() != cores:
+        return None
+    try:
+        with open("/proc/loadavg") as loadavg:
+            runnable = int(loadavg.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return cores - (runnable - 1)
 
 
 def available_cores() -> int:
@@ -507,10 +555,7 @@ def encode_words(word_ids: torch.Tensor, layers: TokenLayers, chunk_size: int | 
     if chunk_size is None:
         return products.encode(word_ids)
     with StepThreads() as threads:
-        chunks = [
-            threads.run("token layer", len(chunk), products.encode, chunk, state=chunk, decides=False)
-            for chunk in word_ids.split(chunk_size)
-        ]
+        chunks = [threads.run_rows("token layer", products.encode, chunk) for chunk in word_ids.split(chunk_size)]
     return torch.cat(chunks)
 
 
@@ -573,10 +618,7 @@ def lstm_with_projection(
                     if block_end + next_active - block_start > GATE_INPUT_BLOCK_ROWS:
                         break
                     block_end += next_active
-                block = inputs[block_start:block_end]
-                gate_inputs = threads.run(
-                    "input to gates", block.shape[0], input_to_gates, block, state=block, decides=False
-                )
+                gate_inputs = threads.run_rows("input to gates", input_to_gates, inputs[block_start:block_end])
             step_gate_inputs = gate_inputs[position - block_start : position - block_start + active]
             state = finished.running(state, active)
             state = threads.run(

@@ -300,6 +300,7 @@ def fresh_thread_choices(monkeypatch):
     for table in ("choices", "timings", "same_bits"):
         monkeypatch.setattr(cpu_kernels.StepThreads, table, {})
     monkeypatch.setattr(cpu_kernels.StepThreads, "SPIN_SECONDS", 0.0)
+    monkeypatch.setattr(cpu_kernels, "cores_free", lambda: None)  # the tests' own machine may be busy or not
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
@@ -413,10 +414,10 @@ def test_the_thread_count_of_a_step_never_changes_the_result(fresh_thread_choice
     assert all(checked.values())
 
 
-@pytest.mark.parametrize(("load", "expected"), [(0.2, 2), (5.0, 1), (None, 2)])
-def test_a_process_starts_from_one_thread_where_the_machine_looks_busy(monkeypatch, load, expected):
-    """The first count before any timing: one thread at a load average of at least the cores available, torch's count
-    otherwise and where the system has no load average."""
+@pytest.mark.parametrize(("load", "free", "expected"), [(0.2, 2, 2), (5.0, 2, 1), (None, None, 2), (0.2, 1, 1)])
+def test_a_process_starts_from_one_thread_where_the_machine_looks_busy(monkeypatch, load, free, expected):
+    """The first count before any timing: one thread at a load average of at least the cores available or with no
+    core free for a second thread now, torch's count otherwise and where the system tells neither."""
 
     def load_average():
         if load is None:
@@ -425,4 +426,71 @@ def test_a_process_starts_from_one_thread_where_the_machine_looks_busy(monkeypat
 
     monkeypatch.setattr(cpu_kernels.os, "getloadavg", load_average)
     monkeypatch.setattr(cpu_kernels.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(cpu_kernels, "cores_free", lambda: free)
     assert cpu_kernels.first_count(2) == expected
+
+
+@pytest.mark.parametrize(
+    ("loadavg", "affinity", "expected"),
+    [("0.50 0.40 0.30 1/120 999", {0, 1}, 2), ("3.10 2.90 2.00 3/131 999", {0, 1}, 0), ("1.00 1.00 1.00 2/99 9", {0, 1}, 1),
+     ("0.50 0.40 0.30 1/120 999", {0}, None), ("garbled", {0, 1}, None)],
+)  # fmt: skip
+def test_cores_free_reads_the_run_queue(monkeypatch, tmp_path, loadavg, affinity, expected):
+    """The cores no other thread wants now: the cores less the runnable threads other than the caller; unknown where
+    this process may run on only some cores or the run queue cannot be read."""
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/loadavg":
+            (tmp_path / "loadavg").write_text(loadavg)
+            return real_open(tmp_path / "loadavg", *args, **kwargs)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    monkeypatch.setattr(cpu_kernels.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cpu_kernels.os, "sched_getaffinity", lambda pid: affinity, raising=False)
+    assert cpu_kernels.cores_free() == expected
+
+
+def test_step_threads_put_off_tries_of_two_threads_while_no_core_is_free(fresh_thread_choices, monkeypatch):
+    """With one thread in use and the run queue full, no step runs with two threads (they would wait for a core),
+    however much faster they are; once a core is free, the next due try runs and two threads are kept."""
+    torch.set_num_threads(2)
+    cpu_kernels.StepThreads.choices[2] = [1, 8, 8]
+    cpu_kernels.StepThreads.same_bits[("paced", torch.float32, 1, 2)] = True
+    free = [0]
+    monkeypatch.setattr(cpu_kernels, "cores_free", lambda: free[0])
+    step = paced_step({1: 2e-3, 2: 1e-4})
+    counts = []
+    with cpu_kernels.StepThreads() as threads:
+        for index in range(80):
+            if index == 40:
+                free[0] = 2
+            threads.run("paced", 1, step, torch.ones(1), state=torch.ones(1))
+            counts.append(torch.get_num_threads())
+    assert set(counts[:40]) == {1}, counts
+    assert cpu_kernels.StepThreads.choices[2][0] == 2
+    assert counts[-20:].count(2) >= 20 - (cpu_kernels.StepThreads.TRIAL_STEPS + 1), counts  # a try of one at most
+
+
+def test_run_rows_pads_to_a_multiple_of_rows_and_drops_the_padding(fresh_thread_choices):
+    """A step of rows runs on a multiple of `ROW_MULTIPLE` rows (zeros appended), so its bits are checked per
+    multiple, not per count; its result is the step's on the padded rows, less the padding's."""
+    torch.set_num_threads(2)
+    cpu_kernels.StepThreads.choices[2] = [1, 8, 8]  # one thread in use: a kind of step is checked before it uses it
+    linear = torch.nn.Linear(16, 32)
+    seen = []
+
+    def step(rows: torch.Tensor) -> torch.Tensor:
+        seen.append(rows.shape[0])
+        return linear(rows)
+
+    with torch.no_grad(), cpu_kernels.StepThreads() as threads:
+        for count in (3, 5, 8, 9):
+            rows = torch.randn(count, 16)
+            padded = torch.cat([rows, rows.new_zeros(-count % cpu_kernels.ROW_MULTIPLE, 16)])
+            result = threads.run_rows("rows", step, rows)
+            assert torch.equal(result, linear(padded)[:count])
+            torch.testing.assert_close(result, linear(rows))
+    assert all(rows % cpu_kernels.ROW_MULTIPLE == 0 for rows in seen), seen
+    assert sorted(key[2] for key in cpu_kernels.StepThreads.same_bits) == [8, 16]
