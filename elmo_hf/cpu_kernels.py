@@ -33,16 +33,22 @@ reordering (2-3 ms against 15-70 ms for the original architecture's 32 MiB hidde
 
 import contextlib
 import functools
+import hashlib
+import json
 import math
 import os
+import platform
+import tempfile
 import statistics
 import threading
 import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
+from huggingface_hub import constants
 from torch import nn
 
 from .reference_elmo import (
@@ -359,9 +365,10 @@ class StepThreads:
 
     A count changes the speed only: a kind of step runs with one thread only after one of its steps, run with both
     counts on a state that is not all zeros (where every product is exact), gave the same bits (checked once per
-    step name, row count, dtype and thread count, for the process). Where they differ (a product that splits its sums
-    over threads), that kind of step keeps torch's count, as without this class. torch's count is restored when the
-    `with` block (or the outermost `scope`) ends.
+    kind of step, `step_kind`: its name and weight shapes, per row count, dtype and thread count, and kept for later
+    processes by `KnownThreadBits`). Where they differ (a product that splits its sums over threads), that kind of
+    step keeps torch's count, as without this class. torch's count is restored when the `with` block (or the
+    outermost `scope`) ends.
 
     The choice and the timings are kept per process, so that later calls go on from what earlier ones found.
     """
@@ -435,11 +442,16 @@ class StepThreads:
         if threads == 1:
             bits_key = (name, state.dtype, rows, self.most)
             verified = self.same_bits.get(bits_key)
+            if verified is None:  # checked in an earlier process?
+                verified = KnownThreadBits.get(bits_key)
+                if verified is not None:
+                    self.same_bits[bits_key] = verified
             if verified is None and bool(state.any()):
                 # One thread first, so that what the step writes in place is, in the end, torch's count's result.
                 single = self._with(1, step, args)
                 result = self._with(self.most, step, args)
                 self.same_bits[bits_key] = same_results(result, single)
+                KnownThreadBits.put(bits_key, self.same_bits[bits_key])
                 return result
             if not verified:
                 return self._with(self.most, step, args)
@@ -501,6 +513,102 @@ class StepThreads:
         return result
 
 
+class KnownThreadBits:
+    """The checks of `StepThreads` (whether a kind of step gives the same bits with one thread as with torch's count),
+    kept in a file across processes, so that a fresh process does not run them again.
+
+    On a busy machine each check costs a step with torch's count that waits for cores (about 80 ms for the original
+    architecture's token layer on a 2-vCPU EPYC running two other CPU-bound processes): a fresh process of 24
+    sentences at batch 1 ran 10 of them, about 15% of its time. The answer depends only on the products' shapes, the
+    thread counts and the kernels oneDNN picks, so the file is named after what picks them (`machine_fingerprint`:
+    torch's build, the CPU model and its flags, oneDNN's ISA variables): another torch, CPU or ISA limit reads another
+    file. The file is `$ELMO_HF_CACHE/thread-bits-<fingerprint>.json`, by default under `HF_HOME`
+    (`~/.cache/huggingface/elmo_hf`); `ELMO_HF_CACHE=""` keeps the checks in the process only. It is written
+    atomically (a new file renamed over the old one, merged with what other processes wrote); a file that cannot be
+    read or written is ignored, and the checks run as without it.
+    """
+
+    # {key as text: same bits}, read from the file at the first question of the process (None until then).
+    _known: dict[str, bool] | None = None
+
+    @staticmethod
+    def path() -> Path | None:
+        """The file for this machine, or None where `ELMO_HF_CACHE` is set empty."""
+        directory = os.environ.get("ELMO_HF_CACHE", os.path.join(constants.HF_HOME, "elmo_hf"))
+        return Path(directory) / f"thread-bits-{machine_fingerprint()}.json" if directory else None
+
+    @classmethod
+    def get(cls, key: tuple) -> bool | None:
+        """What an earlier check found for `key` (`(name, dtype, rows, threads)`), in this process or another; None
+        where none was made."""
+        if cls._known is None:
+            cls._known = cls._read()
+        return cls._known.get(_key_text(key))
+
+    @classmethod
+    def put(cls, key: tuple, same: bool) -> None:
+        """Record a check, for this process and the file."""
+        if cls._known is None:
+            cls._known = cls._read()
+        cls._known[_key_text(key)] = same
+        path = cls.path()
+        if path is None:
+            return
+        known = {**cls._read(), _key_text(key): same}
+        temporary = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as file:
+                temporary = file.name
+                json.dump(known, file, indent=0, sort_keys=True)
+            os.replace(temporary, path)
+        except OSError:  # a read-only or full disk: the check stays in this process
+            if temporary is not None:
+                Path(temporary).unlink(missing_ok=True)
+
+    @classmethod
+    def _read(cls) -> dict[str, bool]:
+        path = cls.path()
+        try:
+            known = json.loads(path.read_text()) if path is not None else {}
+        except (OSError, ValueError):  # missing or damaged: as if empty (the next `put` writes it anew)
+            return {}
+        if not isinstance(known, dict):
+            return {}
+        return {key: value for key, value in known.items() if isinstance(value, bool)}
+
+
+def _key_text(key: tuple) -> str:
+    return "|".join(map(str, key))
+
+
+@functools.cache
+def machine_fingerprint() -> str:
+    """A short hash of what decides which oneDNN kernels compute a product here, so which bits each thread count
+    gives: torch's version and build, the CPU's model and vector flags, and oneDNN's variables that limit or hint the
+    instruction set."""
+    model = platform.processor()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model)
+    facts = {
+        "torch": [torch.__version__, torch.version.git_version],
+        "cpu": [platform.machine(), model, sorted(torch.cpu.get_capabilities().items())],
+        "environment": {
+            name: os.environ.get(name)
+            for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ONEDNN_CPU_ISA_HINTS", "DNNL_CPU_ISA_HINTS")
+        },
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def step_kind(name: str, weights: list[torch.Tensor]) -> str:
+    """The name under which `StepThreads` checks and times a kind of step: `name` with the shapes of the weights its
+    products multiply, since the bits and speed of a thread count depend on them (two models in one process, or two
+    cells of other sizes, are other kinds). E.g. `"step (16384x512, 512x4096)"`."""
+    return f"{name} ({', '.join('x'.join(map(str, weight.shape)) for weight in weights)})"
+
+
 def first_count(most: int) -> int:
     """The thread count a process starts from, before any timing: one where the machine already looks busy (a load
     average of at least the number of cores this process may run on, or no core free for a second thread now,
@@ -554,8 +662,11 @@ def encode_words(word_ids: torch.Tensor, layers: TokenLayers, chunk_size: int | 
     products = TokenLayerProducts(layers)
     if chunk_size is None:
         return products.encode(word_ids)
+    weights = [product.weight for _, product in products.convolutions]
+    weights += [product.weight for pair in products.highway for product in pair] + [products.projection.weight]
+    name = step_kind(f"token layer of {layers.max_characters} characters", weights)
     with StepThreads() as threads:
-        chunks = [threads.run_rows("token layer", products.encode, chunk) for chunk in word_ids.split(chunk_size)]
+        chunks = [threads.run_rows(name, products.encode, chunk) for chunk in word_ids.split(chunk_size)]
     return torch.cat(chunks)
 
 
@@ -609,6 +720,8 @@ def lstm_with_projection(
     outputs = inputs.new_empty(inputs.shape[0], linears.projection.weight.shape[0])
     block_start = block_end = 0
     position = 0
+    gates_name = step_kind("input to gates", [linears.input_to_gates.weight])
+    step_name = step_kind("step", [linears.hidden_to_gates.weight, linears.projection.weight])
     with StepThreads() as threads:
         for step, active in enumerate(batch_sizes):
             if position == block_end:
@@ -618,11 +731,11 @@ def lstm_with_projection(
                     if block_end + next_active - block_start > GATE_INPUT_BLOCK_ROWS:
                         break
                     block_end += next_active
-                gate_inputs = threads.run_rows("input to gates", input_to_gates, inputs[block_start:block_end])
+                gate_inputs = threads.run_rows(gates_name, input_to_gates, inputs[block_start:block_end])
             step_gate_inputs = gate_inputs[position - block_start : position - block_start + active]
             state = finished.running(state, active)
             state = threads.run(
-                "step", active, lstm_step, step_gate_inputs, state, hidden_to_gates, projection, cell_clip,
+                step_name, active, lstm_step, step_gate_inputs, state, hidden_to_gates, projection, cell_clip,
                 projection_clip, state=state[0],
             )
             outputs[position : position + active] = state[0]

@@ -3,10 +3,14 @@
 import errno
 import json
 import os
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The CPU kernels' record of thread checks (`cpu_kernels.KnownThreadBits`) goes to a directory of this run, not the
+# user's cache, for the tests and the commands they start.
+os.environ.setdefault("ELMO_HF_CACHE", tempfile.mkdtemp(prefix="elmo-hf-test-cache-"))
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402

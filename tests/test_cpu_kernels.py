@@ -2,7 +2,12 @@
 never serving stale weights, bounded on long inputs."""
 
 import gc
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -294,11 +299,13 @@ def test_reordered_copies_are_kept_checked_and_freed():
 
 
 @pytest.fixture
-def fresh_thread_choices(monkeypatch):
+def fresh_thread_choices(monkeypatch, tmp_path):
     """StepThreads with no choices or checks kept from earlier tests, and torch's thread count restored after. The
     paced steps below have no threads that spin after them, so no step waits for spinning to end."""
     for table in ("choices", "timings", "same_bits"):
         monkeypatch.setattr(cpu_kernels.StepThreads, table, {})
+    monkeypatch.setenv("ELMO_HF_CACHE", str(tmp_path / "cache"))  # no checks kept by earlier tests
+    monkeypatch.setattr(cpu_kernels.KnownThreadBits, "_known", None)
     monkeypatch.setattr(cpu_kernels.StepThreads, "SPIN_SECONDS", 0.0)
     monkeypatch.setattr(cpu_kernels, "cores_free", lambda: None)  # the tests' own machine may be busy or not
     threads = torch.get_num_threads()
@@ -410,8 +417,128 @@ def test_the_thread_count_of_a_step_never_changes_the_result(fresh_thread_choice
         with torch.no_grad():
             assert torch.equal(model(**batch).last_hidden_state, expected[2])
     checked = cpu_kernels.StepThreads.same_bits
-    assert {name for name, *_ in checked} == {"token layer", "input to gates", "step"}
+    assert {name.split(" (")[0] for name, *_ in checked} == {
+        "token layer of 50 characters", "input to gates", "step"
+    }
     assert all(checked.values())
+
+
+def counting_step(counts: list[int]):
+    """A step returning its input plus one that records the thread count of each of its runs."""
+
+    def step(value: torch.Tensor) -> torch.Tensor:
+        counts.append(torch.get_num_threads())
+        return value + 1
+
+    return step
+
+
+def forget_this_process():
+    """What a fresh process knows: no checks in memory, the file not read yet."""
+    cpu_kernels.StepThreads.same_bits.clear()
+    cpu_kernels.KnownThreadBits._known = None
+
+
+def test_thread_checks_are_kept_for_the_next_process(fresh_thread_choices):
+    """A check made by one process (one thread, then torch's count) is written to the cache file; the next process
+    reads it and runs the step with one thread at once, without the run with torch's count."""
+    torch.set_num_threads(2)
+    cpu_kernels.StepThreads.choices[2] = [1, 8, 8]
+    counts = []
+    with cpu_kernels.StepThreads() as threads:
+        threads.run("kept", 1, counting_step(counts), torch.ones(1), state=torch.ones(1))
+    assert counts == [1, 2]
+    path = cpu_kernels.KnownThreadBits.path()
+    assert json.loads(path.read_text()) == {"kept|torch.float32|1|2": True}
+    forget_this_process()
+    counts.clear()
+    with cpu_kernels.StepThreads() as threads:
+        threads.run("kept", 1, counting_step(counts), torch.ones(1), state=torch.ones(1))
+    assert counts == [1]
+    assert cpu_kernels.StepThreads.same_bits == {("kept", torch.float32, 1, 2): True}
+
+
+def test_thread_checks_survive_a_damaged_or_unwritable_cache(fresh_thread_choices, monkeypatch, tmp_path):
+    """A damaged file is read as empty and written anew; where the directory cannot be made (here its parent is a
+    file) or `ELMO_HF_CACHE` is empty, the check stays in the process and nothing fails or is left behind."""
+    torch.set_num_threads(2)
+    cpu_kernels.StepThreads.choices[2] = [1, 8, 8]
+    path = cpu_kernels.KnownThreadBits.path()
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    with cpu_kernels.StepThreads() as threads:
+        threads.run("damaged", 1, counting_step([]), torch.ones(1), state=torch.ones(1))
+    assert json.loads(path.read_text()) == {"damaged|torch.float32|1|2": True}
+    assert [file.name for file in path.parent.iterdir()] == [path.name]
+
+    (tmp_path / "a file").write_text("")
+    for directory in (str(tmp_path / "a file" / "cache"), ""):
+        monkeypatch.setenv("ELMO_HF_CACHE", directory)
+        forget_this_process()
+        counts = []
+        with cpu_kernels.StepThreads() as threads:
+            for _ in range(2):
+                threads.run("unwritable", 1, counting_step(counts), torch.ones(1), state=torch.ones(1))
+        assert counts == [1, 2, 1]  # checked once, then one thread
+    assert cpu_kernels.KnownThreadBits.path() is None
+    assert (tmp_path / "a file").read_text() == ""
+
+
+def test_the_cache_file_is_named_after_what_picks_the_kernels(monkeypatch):
+    """Another limit on oneDNN's instruction set (or torch, or CPU) reads another file: the checks made under one do
+    not hold for the kernels picked under another."""
+    fingerprint = cpu_kernels.machine_fingerprint.__wrapped__
+    before = fingerprint()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert fingerprint() != before
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert fingerprint() == before
+
+
+def test_a_fresh_process_runs_no_check_an_earlier_one_made(tmp_path):
+    """Two real processes with the same cache: the first checks its kinds of step with one thread in use, the second
+    (the same model and sentences) runs none of those checks."""
+    program = f"""
+import torch
+from conftest import MIXED_SENTENCES, encode, tiny_config
+from elmo_hf import ElmoModel, ElmoTokenizer, cpu_kernels
+torch.set_num_threads(2)
+cpu_kernels.StepThreads.choices[2] = [1, 8, 8]
+cpu_kernels.cores_free = lambda: None
+checks = []
+put = cpu_kernels.KnownThreadBits.put
+cpu_kernels.KnownThreadBits.put = lambda key, same: (checks.append(key), put(key, same))
+torch.manual_seed(0)
+model = ElmoModel(tiny_config()).eval()
+with torch.no_grad():
+    model(**encode(ElmoTokenizer(), MIXED_SENTENCES))
+print(len(checks), len(cpu_kernels.StepThreads.same_bits))
+"""
+    environment = {**os.environ, "ELMO_HF_CACHE": str(tmp_path), "PYTHONPATH": str(Path(__file__).parent)}
+    outputs = [
+        subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, env=environment)
+        .stdout.split()
+        for _ in range(2)
+    ]
+    first_checks, first_known = map(int, outputs[0])
+    second_checks, second_known = map(int, outputs[1])
+    assert first_checks > 0 and first_checks == first_known
+    assert (second_checks, second_known) == (0, first_known)
+
+
+def test_models_of_other_sizes_are_other_kinds_of_step(fresh_thread_choices, tokenizer):
+    """A check of one model's steps is not taken for another's with other weight shapes in the same process: each
+    kind of step is named with its weights' shapes, so both models' steps are checked."""
+    torch.set_num_threads(2)
+    cpu_kernels.StepThreads.choices[2] = [1, 8, 8]  # one thread in use: a kind of step is checked before it uses it
+    batch = encode(tokenizer, SENTENCES[:2])
+    for lstm_dim in (64, 96):
+        torch.manual_seed(0)
+        model = ElmoModel(ElmoConfig(lstm_dim=lstm_dim, projection_dim=32, filters=[[1, 8], [2, 8]])).eval()
+        with torch.no_grad():
+            model(**batch)
+    steps = {name for name, *_ in cpu_kernels.StepThreads.same_bits if name.startswith("step")}
+    assert steps == {"step (256x32, 32x64)", "step (384x32, 32x96)"}
 
 
 @pytest.mark.parametrize(("load", "free", "expected"), [(0.2, 2, 2), (5.0, 2, 1), (None, None, 2), (0.2, 1, 1)])
