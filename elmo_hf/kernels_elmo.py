@@ -45,7 +45,9 @@ from .export_kernels import scan_recurrence
 from .export_kernels import supports as scan_supports
 from .gpu_kernels import (
     fused_recurrence,
+    fused_training_recurrence,
     supports_fused_recurrence,
+    supports_fused_training,
     supports_token_layer_without_tf32,
     token_layer_without_tf32,
 )
@@ -71,6 +73,7 @@ RECURRENCE_IMPLEMENTATIONS: dict[str, Implementation] = {
     "cpu": Implementation(lstm_with_projection, cpu_supports),
     "triton": Implementation(fused_recurrence, supports_fused_recurrence),
     "training": Implementation(fused_lstm_with_projection, training_supports),
+    "triton training": Implementation(fused_training_recurrence, supports_fused_training),
     "scan": Implementation(scan_recurrence, scan_supports),
     "reference": Implementation(lstm_recurrence, _always),
 }

@@ -11,7 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The Triton kernels of `gpu_kernels.fused_recurrence`: one step's elementwise work of the LSTM with projection.
+"""The Triton kernels of `gpu_kernels`: one step's elementwise work of the LSTM with projection, for inference
+(`fused_recurrence`: `cell_kernel`, `output_kernel`) and for training (`TRITON_STEPS`: `training_cell_kernel` and
+`output_kernel` forward, `backward_output_kernel` and `backward_cell_kernel` in reverse).
 
 Triton is imported, and the kernels made, on the first call of `compiled` (the fused recurrence's `supports` asks for
 Triton first), so the model imports and runs without Triton. Triton reads `TRITON_INTERPRET` then: with
@@ -26,7 +28,7 @@ import functools
 from typing import Any, NamedTuple
 
 # Bound by `compiled` on first use; the kernels read them as globals.
-triton = tl = sigmoid = gate = None
+triton = tl = sigmoid = gate = put = None
 
 
 class Kernels(NamedTuple):
@@ -34,6 +36,9 @@ class Kernels(NamedTuple):
 
     cell: Any
     output: Any
+    training_cell: Any
+    backward_output: Any
+    backward_cell: Any
     float32: Any
     float64: Any
 
@@ -41,14 +46,15 @@ class Kernels(NamedTuple):
 @functools.cache
 def compiled() -> Kernels:
     """The kernels as Triton kernels (or, under `TRITON_INTERPRET=1`, its interpreter's)."""
-    global triton, tl, sigmoid, gate
+    global triton, tl, sigmoid, gate, put
     try:
         import triton
         import triton.language as tl
     except ImportError as error:
         raise ImportError("the fused GPU recurrence needs Triton: `pip install triton`") from error
-    sigmoid, gate = triton.jit(sigmoid_of), triton.jit(gate_of)
-    return Kernels(triton.jit(cell_kernel), triton.jit(output_kernel), tl.float32, tl.float64)
+    sigmoid, gate, put = triton.jit(sigmoid_of), triton.jit(gate_of), triton.jit(put_of)
+    kernels = (cell_kernel, output_kernel, training_cell_kernel, backward_output_kernel, backward_cell_kernel)
+    return Kernels(*map(triton.jit, kernels), tl.float32, tl.float64)
 
 
 def sigmoid_of(x):
@@ -61,6 +67,11 @@ def gate_of(gate_inputs, recurrent, offsets, inside, COMPUTE: tl.constexpr):
     """One gate's pre-activation, `gate_inputs + recurrent` at `offsets`, in the compute dtype."""
     gate_input = tl.load(gate_inputs + offsets, mask=inside).to(COMPUTE)
     return gate_input + tl.load(recurrent + offsets, mask=inside).to(COMPUTE)
+
+
+def put_of(pointer, offsets, value, inside):
+    """Store `value` at `offsets` (where `inside`) in the pointed tensor's dtype."""
+    tl.store(pointer + offsets, value.to(pointer.dtype.element_ty), mask=inside)
 
 
 def cell_kernel(
@@ -108,6 +119,81 @@ def output_kernel(
     else:
         tl.store(state + offsets, value.to(state.dtype.element_ty), mask=inside)
     tl.store(outputs + offsets, value.to(outputs.dtype.element_ty), mask=inside)
+
+
+def training_cell_kernel(
+    gate_inputs, recurrent, cell, unprojected, cell_factors, output_factor, cell_from_output, forget_gate,
+    clipped_cells, rows, lstm_dim, cell_clip, CLIP: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """`cell_kernel` for training, on `rows` rows: the same gates and cell update (`cell` `(rows, lstm_dim)` updated
+    in place), the projection's input written to `unprojected`, and what the backward needs written beside it
+    (`training_kernels.ForwardRecord`): `cell_factors` `(rows, 3, lstm_dim)`, `output_factor`, `cell_from_output`,
+    `forget_gate` `(rows, lstm_dim)` and, when `CLIP`, 1 in `clipped_cells` (int8) where the clip changed the cell or
+    it is NaN."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < rows * lstm_dim
+    row = offsets // lstm_dim
+    gate_offsets = offsets + row * 3 * lstm_dim
+    input_gate = sigmoid(gate(gate_inputs, recurrent, gate_offsets, inside, COMPUTE))
+    forget = sigmoid(gate(gate_inputs, recurrent, gate_offsets + lstm_dim, inside, COMPUTE))
+    candidate = 2 * sigmoid(2 * gate(gate_inputs, recurrent, gate_offsets + 2 * lstm_dim, inside, COMPUTE)) - 1
+    output_gate = sigmoid(gate(gate_inputs, recurrent, gate_offsets + 3 * lstm_dim, inside, COMPUTE))
+    old_cell = tl.load(cell + offsets, mask=inside).to(COMPUTE)
+    new_cell = forget * old_cell + input_gate * candidate
+    if CLIP:
+        outside = (new_cell < -cell_clip) | (new_cell > cell_clip) | (new_cell != new_cell)
+        put(clipped_cells, offsets, outside, inside)
+        new_cell = tl.minimum(tl.maximum(new_cell, -cell_clip), cell_clip)
+    put(cell, offsets, new_cell, inside)
+    tanh_cell = 2 * sigmoid(2 * new_cell) - 1
+    put(unprojected, offsets, output_gate * tanh_cell, inside)
+    factor_offsets = offsets + row * 2 * lstm_dim  # element (row, 0, j) of a (rows, 3, lstm_dim) tensor
+    put(cell_factors, factor_offsets, candidate * input_gate * (1 - input_gate), inside)
+    put(cell_factors, factor_offsets + lstm_dim, old_cell * forget * (1 - forget), inside)
+    put(cell_factors, factor_offsets + 2 * lstm_dim, input_gate * (1 - candidate * candidate), inside)
+    put(output_factor, offsets, tanh_cell * output_gate * (1 - output_gate), inside)
+    put(cell_from_output, offsets, output_gate * (1 - tanh_cell * tanh_cell), inside)
+    put(forget_gate, offsets, forget, inside)
+
+
+def backward_output_kernel(
+    grad_outputs, grad_hidden, clipped_outputs, rows, projection_dim,
+    CLIP: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """The gradient reaching one step's output before clipping, for `rows` rows: `grad_outputs` (from above) plus
+    `grad_hidden` (from the next step), both `(rows, projection_dim)`, zero where `clipped_outputs` (int8) is 1 when
+    `CLIP`; written over `grad_outputs`."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < rows * projection_dim
+    value = tl.load(grad_outputs + offsets, mask=inside).to(COMPUTE) + tl.load(grad_hidden + offsets, mask=inside)
+    if CLIP:
+        value = tl.where(tl.load(clipped_outputs + offsets, mask=inside) != 0, 0.0, value)
+    put(grad_outputs, offsets, value, inside)
+
+
+def backward_cell_kernel(
+    grad_unprojected, grad_cell, grad_gates, cell_from_output, cell_factors, output_factor, forget_gate,
+    clipped_cells, rows, lstm_dim, CLIP: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """One step of the cell in reverse, for `rows` rows: the cell's gradient, `grad_cell` (from the next step) plus
+    `grad_unprojected * cell_from_output`, zero where `clipped_cells` (int8) is 1 when `CLIP`; from it the gate
+    pre-activations' gradients written to `grad_gates` `(rows, 4 * lstm_dim)` (i, f, g by `cell_factors`, o from
+    `grad_unprojected * output_factor`), and the previous cell's, `* forget_gate`, written over `grad_cell`."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < rows * lstm_dim
+    row = offsets // lstm_dim
+    grad_output = tl.load(grad_unprojected + offsets, mask=inside).to(COMPUTE)
+    grad_step_cell = tl.load(grad_cell + offsets, mask=inside).to(COMPUTE)
+    grad_step_cell += grad_output * tl.load(cell_from_output + offsets, mask=inside)
+    if CLIP:
+        grad_step_cell = tl.where(tl.load(clipped_cells + offsets, mask=inside) != 0, 0.0, grad_step_cell)
+    gate_offsets = offsets + row * 3 * lstm_dim
+    factor_offsets = offsets + row * 2 * lstm_dim
+    for index in tl.static_range(3):  # i, f, g
+        factor = tl.load(cell_factors + factor_offsets + index * lstm_dim, mask=inside)
+        put(grad_gates, gate_offsets + index * lstm_dim, grad_step_cell * factor, inside)
+    put(grad_gates, gate_offsets + 3 * lstm_dim, grad_output * tl.load(output_factor + offsets, mask=inside), inside)
+    put(grad_cell, offsets, grad_step_cell * tl.load(forget_gate + offsets, mask=inside), inside)
 
 
 __all__ = ["Kernels", "compiled"]

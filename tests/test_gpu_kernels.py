@@ -31,8 +31,11 @@ def test_the_dispatcher_takes_the_gpu_kernels_only_for_the_calls_they_support():
     for packed in (True, False):
         for dtype in (torch.float32, torch.bfloat16, torch.float64):
             assert chosen(recurrence, dtype, CUDA, False, packed, False) == "triton"
-        # No backward in Triton: training on a GPU runs the reference; traced, the scan.
-        assert chosen(recurrence, torch.float32, CUDA, True, packed, False) == "reference"
+        # Training on a GPU: the training kernel with Triton steps on packed batches in float32 and float64.
+        for dtype in (torch.float32, torch.float64):
+            expected = "triton training" if packed else "reference"
+            assert chosen(recurrence, dtype, CUDA, True, packed, False) == expected
+        assert chosen(recurrence, torch.bfloat16, CUDA, True, packed, False) == "reference"
     assert chosen(recurrence, torch.float32, CUDA, False, False, True) == "scan"
     assert chosen(recurrence, torch.float32, CPU, False, True, False) == "cpu"
     for recording in (False, True):
@@ -109,9 +112,9 @@ model.save_pretrained({str(tmp_path)!r})
 
 
 def test_the_kernels_compile_for_an_h100(tmp_path):
-    """Triton's compiler (not its interpreter) makes a cubin of both kernels for compute capability 9.0 (H100) in
-    every dtype, masked (padded batches) or not: what the interpreter accepts but the compiler would refuse (Python
-    lists in a kernel, say) fails here, without a GPU."""
+    """Triton's compiler (not its interpreter) makes a cubin of every kernel for compute capability 9.0 (H100) in
+    every dtype it is called with, masked (padded batches) or not, clipping or not: what the interpreter accepts but
+    the compiler would refuse (Python lists in a kernel, say) fails here, without a GPU."""
     script = """
 import triton
 from triton.backends.compiler import GPUTarget
@@ -119,17 +122,26 @@ from triton.compiler import ASTSource
 from elmo_hf.triton_kernels import compiled
 kernels = compiled()
 scalars = {"rows": "i32", "lstm_dim": "i32", "projection_dim": "i32", "cell_clip": "fp32", "projection_clip": "fp32"}
+masks = {"running", "clipped_cells", "clipped_outputs"}
+inference = (kernels.cell, kernels.output)
+training = (kernels.training_cell, kernels.output, kernels.backward_output, kernels.backward_cell)
 for pointer, compute in (("*fp32", kernels.float32), ("*bf16", kernels.float32), ("*fp64", kernels.float64)):
-    for masked in (True, False):
-        # as the fused recurrence calls them: the mask of a padded batch, None (a constant to Triton) for a packed one
-        scalars["running"] = "*i8" if masked else "constexpr"
-        constants = {"CLIP": True, "MASKED": masked, "COMPUTE": compute, "BLOCK": 1024}
-        constants |= {} if masked else {"running": None}
-        for kernel in (kernels.cell, kernels.output):
-            signature = {p.name: "constexpr" if p.is_constexpr else scalars.get(p.name, pointer)
-                         for p in kernel.params}
-            source = ASTSource(kernel, signature, constexprs=constants)
-            assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
+    for kernel in {*inference, *(training if pointer != "*bf16" else ())}:
+        names = {p.name for p in kernel.params}
+        for masked in (True, False):
+            for clip in (True, False):
+                # as gpu_kernels calls them: a mask pointer where masked or clipping (int8), else None, a constant
+                used = {name for name in masks & names if (masked if name == "running" else clip)}
+                constants = {"CLIP": clip, "MASKED": masked, "COMPUTE": compute, "BLOCK": 1024}
+                constants = {name: value for name, value in constants.items() if name in names}
+                constants |= {name: None for name in masks & names - used}
+                signature = {
+                    p.name: "constexpr" if p.is_constexpr or p.name in constants else
+                    "*i8" if p.name in masks else scalars.get(p.name, pointer)
+                    for p in kernel.params
+                }
+                source = ASTSource(kernel, signature, constexprs=constants)
+                assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
 print("compiled")
 """
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}

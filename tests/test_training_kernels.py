@@ -2,19 +2,24 @@
 through the reference (`gradcheck` in float64, autograd's own in float32), clipping and variable lengths included;
 taken only where it computes the same thing."""
 
+import os
+
 import pytest
 import torch
 from conftest import tiny_config
 from torch import nn
 from torch.nn.utils import parametrize
 
-from elmo_hf import ElmoForPreTraining, cpu_kernels, training_kernels
+from elmo_hf import ElmoForPreTraining, cpu_kernels, gpu_kernels, training_kernels
 from elmo_hf.cli import run_subcommand
 from elmo_hf.corpus.data import DataCollatorForElmoPreTraining, ElmoWordVocabulary
 from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, Implementation, choose_implementation
 from elmo_hf.modeling_elmo import ElmoLstmCellWithProjection
 from elmo_hf.reference_elmo import LstmLinears, SequenceBatch
-from elmo_hf.training_kernels import LstmWithProjectionFunction
+from elmo_hf.training_kernels import CPU_STEPS, LstmWithProjectionFunction
+
+# Triton reads TRITON_INTERPRET as it compiles a kernel file: the Triton steps run on CPU tensors in its interpreter.
+os.environ["TRITON_INTERPRET"] = "1"
 
 # Rows of lengths 6, 6, 5, 4, 4, 3 and one of length 0 (its state passes through untouched, as in the reference).
 BATCH = SequenceBatch(torch.tensor([6, 6, 5, 4, 4, 3, 0]), steps=6, packed=True)
@@ -100,7 +105,7 @@ def test_gradcheck_in_float64_with_state_in_and_out(clips):
     )
 
     def function(inputs, hidden, memory, *weights):
-        return LstmWithProjectionFunction.apply(inputs, hidden, memory, *weights, BATCH_SIZES, *clips)
+        return LstmWithProjectionFunction.apply(inputs, hidden, memory, *weights, BATCH_SIZES, *clips, CPU_STEPS)
 
     assert torch.autograd.gradcheck(function, (*random_inputs(torch.float64), *weights))
 
@@ -125,8 +130,47 @@ def test_forward_is_the_reference_bit_for_bit_and_gradients_are_autograds(dtype)
         assert torch.equal(gradient, repeated)
 
 
-def test_a_pretraining_step_equals_the_reference_step(fused_calls):
-    """The whole model with dropout: the same loss bit for bit, every parameter's gradient autograd's."""
+@pytest.mark.parametrize("clips", [(0.6, 0.4), (None, None), (0.6, None), (None, 0.4)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_triton_steps_give_the_reference_outputs_and_autograds_gradients(clips, dtype):
+    """The GPU's training kernel (`TRITON_STEPS`, Triton's kernels in its interpreter): the reference's outputs and
+    final state, and autograd's gradients through the reference for the inputs, the initial state and every weight,
+    to the last bits of a product summed in another order; a row of length 0 passes its state through."""
+    cell = random_cell(dtype, *clips)
+    inputs, hidden, memory = random_inputs(dtype)
+    expected = reference_run(cell, inputs, hidden, memory)
+    weights = (cell.input_to_gates.weight, cell.hidden_to_gates.weight, cell.hidden_to_gates.bias)
+    weights += (cell.projection.weight,)
+    actual = LstmWithProjectionFunction.apply(
+        inputs, hidden, memory, *weights, BATCH_SIZES, *clips, gpu_kernels.TRITON_STEPS
+    )
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-13}
+    for value, reference in zip(actual, expected, strict=True):
+        torch.testing.assert_close(value, reference, **tolerance)
+    assert torch.equal(actual[1][-1], hidden[-1]) and torch.equal(actual[2][-1], memory[-1])  # the empty row
+    differentiated = [inputs, hidden, memory, *weights]
+    upstream = [torch.randn_like(value) for value in expected]
+    gradients = torch.autograd.grad(actual, differentiated, upstream)
+    for gradient, reference in zip(gradients, torch.autograd.grad(expected, differentiated, upstream), strict=True):
+        torch.testing.assert_close(gradient, reference, **tolerance)
+
+
+def test_the_triton_steps_pass_gradcheck_in_float64():
+    """`gradcheck` (fast mode: random projections of the Jacobian) of the Triton steps with both clips active."""
+    cell = random_cell(torch.float64)
+    weights = (cell.input_to_gates.weight, cell.hidden_to_gates.weight, cell.hidden_to_gates.bias)
+    weights += (cell.projection.weight,)
+
+    def function(inputs, hidden, memory, *weights):
+        steps = gpu_kernels.TRITON_STEPS
+        return LstmWithProjectionFunction.apply(inputs, hidden, memory, *weights, BATCH_SIZES, 0.6, 0.4, steps)
+
+    assert torch.autograd.gradcheck(function, (*random_inputs(torch.float64), *weights), fast_mode=True)
+
+
+def pretraining_steps() -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+    """The loss and every parameter's gradient of one pretraining step of a tiny model with dropout, as shipped
+    (`auto`) and through the reference (`eager`)."""
     vocabulary = ElmoWordVocabulary(["</S>", "<S>", "<UNK>", *"abcdefg"])
     batch = DataCollatorForElmoPreTraining(vocabulary)(
         [{"words": list("abcab")}, {"words": list("gfe")}, {"words": ["d"]}, {"words": list("abcdefgab")}]
@@ -135,19 +179,40 @@ def test_a_pretraining_step_equals_the_reference_step(fused_calls):
     model = ElmoForPreTraining(
         tiny_config(word_vocab_size=len(vocabulary), pretraining_dropout=0.2, initializer_range=0.5)
     ).train()
-    losses, gradients = [], []
+    steps = []
     for implementation in ("auto", "eager"):
         model.config.elmo_implementation = implementation
         model.zero_grad()
         torch.manual_seed(1)
         loss = model(**batch).loss
         loss.backward()
-        losses.append(loss.detach())
-        gradients.append({name: parameter.grad.clone() for name, parameter in model.named_parameters()})
+        steps.append((loss.detach(), {name: parameter.grad.clone() for name, parameter in model.named_parameters()}))
+    return steps
+
+
+def test_a_pretraining_step_equals_the_reference_step(fused_calls):
+    """The whole model with dropout: the same loss bit for bit, every parameter's gradient autograd's."""
+    (loss, gradients), (reference_loss, reference_gradients) = pretraining_steps()
     assert len(fused_calls) == 2 * 2  # both directions of both layers, in the "auto" run only
-    assert torch.equal(losses[0], losses[1])
-    for name, gradient in gradients[0].items():
-        torch.testing.assert_close(gradient, gradients[1][name], rtol=1e-5, atol=1e-6, msg=name)
+    assert torch.equal(loss, reference_loss)
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(gradient, reference_gradients[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_pretraining_step_through_the_triton_steps_equals_the_reference_step(monkeypatch):
+    """The GPU's training kernel (its Triton steps in the interpreter), made to take the CPU calls, in the whole
+    model: the reference's loss and every parameter's gradient autograd's, to the last bits."""
+    calls = []
+    recorded = Implementation(
+        lambda *args: calls.append(1) or gpu_kernels.fused_training_recurrence(*args),
+        RECURRENCE_IMPLEMENTATIONS["training"].supports,
+    )
+    monkeypatch.setitem(RECURRENCE_IMPLEMENTATIONS, "training", recorded)
+    (loss, gradients), (reference_loss, reference_gradients) = pretraining_steps()
+    assert len(calls) == 2 * 2
+    torch.testing.assert_close(loss, reference_loss, rtol=1e-6, atol=0)
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(gradient, reference_gradients[name], rtol=1e-5, atol=1e-6, msg=name)
 
 
 def inference_kernel(cell: ElmoLstmCellWithProjection) -> bool:
@@ -263,7 +328,9 @@ def test_the_thread_count_of_a_step_never_changes_outputs_or_gradients(monkeypat
         leaves = [inputs, *weights]
         for leaf in leaves:
             leaf.grad = None
-        outputs, hidden, cell = LstmWithProjectionFunction.apply(inputs, *state, *weights, batch_sizes, 3.0, 3.0)
+        outputs, hidden, cell = LstmWithProjectionFunction.apply(
+            inputs, *state, *weights, batch_sizes, 3.0, 3.0, CPU_STEPS
+        )
         (outputs.sin().sum() + hidden.sum() + cell.sum()).backward()
         return [outputs.detach(), hidden.detach(), cell.detach(), *(leaf.grad for leaf in leaves)]
 
