@@ -10,7 +10,8 @@ tests' smoke run; its numbers mean nothing).
 
 What it prints:
 - the GPU, torch, transformers and Triton versions, and which implementation the dispatcher of
-  `elmo_hf/kernels_elmo.py` takes for the recurrence and the token layer in float32 and bfloat16 inference;
+  `elmo_hf/kernels_elmo.py` takes for the recurrence and the token layer in float32 and bfloat16 inference, and for
+  the recurrence in float32 training;
 - the limits, measured now: matrix-product TFLOP/s of an 8192^3 product in float32 (torch's default: no TF32) and
   bfloat16, and memory bandwidth (GB/s of a 1 GiB copy, bytes read plus written);
 - inference, original architecture (random weights), `--sentences` synthetic sentences (`bench_inference.py`'s
@@ -19,9 +20,12 @@ What it prints:
   CNN, one `nn.LSTM(proj_size)` per layer and direction, no clipping), at each batch size; "of matmul" = useful
   FLOP/s over the matrix-product limit of the row's dtype; "of BW" = the recurrent and projection weights each time
   step reads, per second, over the bandwidth; peak GPU memory;
-- training, `ElmoForPreTraining` forward, backward and Adam step against the cuDNN build of `bench_training.py`
-  (same loss, no clipping), ptb and original architectures, at each training batch size: words/s, "of matmul"
-  (3x forward FLOPs), and the ratio;
+- training, `ElmoForPreTraining` forward, backward and Adam step as dispatched (the training kernel with Triton
+  steps, `gpu_kernels.TRITON_STEPS`), through the reference modules (`elmo_implementation="eager"`, autograd), and
+  the cuDNN build of `bench_training.py` (same loss, no clipping), ptb and original architectures, at each training
+  batch size: words/s, "of matmul" (3x forward FLOPs), and the ratio to cuDNN; before timing, the dispatched step's
+  loss and every gradient against the reference step's on the same batch (max abs difference relative to the
+  largest value);
 - exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
   dispatched, float32 through the reference modules, and bfloat16; the Triton recurrence (compiled, on the GPU)
@@ -87,10 +91,10 @@ def bandwidth_gbs(device: torch.device, num_bytes: int) -> float:
     return 2 * num_bytes / seconds_of(lambda: target.copy_(source), device, repeats=5) / 1e9
 
 
-def chosen(table: dict, dtype: torch.dtype, device: torch.device) -> str:
-    """The dispatcher's choice for inference on a packed batch of stock layers (`kernels_elmo.choose_implementation`
-    after its checks of the module)."""
-    request = KernelRequest(dtype, device, recording=False, packed=True, traced=False)
+def chosen(table: dict, dtype: torch.dtype, device: torch.device, recording: bool = False) -> str:
+    """The dispatcher's choice for inference (or training, `recording`) on a packed batch of stock layers
+    (`kernels_elmo.choose_implementation` after its checks of the module)."""
+    request = KernelRequest(dtype, device, recording=recording, packed=True, traced=False)
     return next(name for name, implementation in table.items() if implementation.supports(request))
 
 
@@ -189,14 +193,22 @@ def training_rows(args, device: torch.device, limits: dict) -> list[str]:
             flops = 3 * forward_flops(config, words, len(text))
             torch.manual_seed(0)
             elmo = ElmoForPreTraining(config).train().to(device)
+            reference = copy.deepcopy(elmo)
+            reference.config.elmo_implementation = "eager"
             stock = TorchLstmBiLm(config).train().to(device)
             on_device = {key: value.to(device) for key, value in batch.items()}
+            print(f"{architecture}, batch {batch_size}: dispatched step against the reference step, "
+                  f"{gradient_difference(elmo, reference, on_device)}")
 
             def stock_loss():
                 with device:  # its forward makes index tensors without naming a device: on the GPU here
                     return stock(**on_device)
 
-            builds = [("elmo-hf", elmo, lambda: elmo(**on_device).loss), ("cuDNN nn.LSTM", stock, stock_loss)]
+            builds = [
+                ("elmo-hf", elmo, lambda: elmo(**on_device).loss),
+                ("elmo-hf reference", reference, lambda: reference(**on_device).loss),
+                ("cuDNN nn.LSTM", stock, stock_loss),
+            ]
             optimizers = [torch.optim.Adam(model.parameters(), lr=1e-4) for _, model, _ in builds]
             times = [[] for _ in builds]
             for step in range(args.train_steps + 1):  # the first step warms up
@@ -217,6 +229,24 @@ def training_rows(args, device: torch.device, limits: dict) -> list[str]:
                     f"{tflops / limits['float32']:.1%} | {medians[-1] / seconds:.2f}x |"
                 )
     return rows
+
+
+def gradient_difference(model: nn.Module, reference: nn.Module, batch: dict) -> str:
+    """One step's loss and every parameter's gradient by `model` against `reference` (same weights, same batch):
+    the max abs differences relative to the reference's largest value."""
+    values = []
+    for build in (model, reference):
+        build.zero_grad()
+        loss = build(**batch).loss
+        loss.backward()
+        values.append((loss.detach(), {name: parameter.grad.clone() for name, parameter in build.named_parameters()}))
+        build.zero_grad()
+    (loss, gradients), (reference_loss, reference_gradients) = values
+    worst = max(
+        float((gradient - expected).abs().max() / expected.abs().max().clamp_min(1e-30))
+        for gradient, expected in ((gradients[name], reference_gradients[name]) for name in gradients)
+    )
+    return f"loss {float(loss):.6f} / {float(reference_loss):.6f}, gradients within {worst:.1e} (relative)"
 
 
 def kernel_rows(args, device: torch.device) -> list[str]:
@@ -311,6 +341,8 @@ def main() -> int:
         print(f"dispatcher, {str(dtype).removeprefix('torch.')} inference: recurrence "
               f"{chosen(RECURRENCE_IMPLEMENTATIONS, dtype, device)}, token layer "
               f"{chosen(TOKEN_LAYER_IMPLEMENTATIONS, dtype, device)}")
+    training = chosen(RECURRENCE_IMPLEMENTATIONS, torch.float32, device, recording=True)
+    print(f"dispatcher, float32 training: recurrence {training}")
     limits = {
         "float32": matmul_tflops(torch.float32, device, args.matmul_size),
         "bfloat16": matmul_tflops(torch.bfloat16, device, args.matmul_size),

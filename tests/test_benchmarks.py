@@ -117,7 +117,12 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     rows = [line.strip("|").split("|") for line in lines]
     builds = [row[1].strip() for row in rows if row[0].strip() == "2" and len(row) == 7]
     assert builds == ["elmo-hf float32", "elmo-hf bfloat16", "cuDNN nn.LSTM float32"]
-    assert [row[2].strip() for row in rows if row[0].strip() == "ptb"] == ["elmo-hf", "cuDNN nn.LSTM"]
+    assert [row[2].strip() for row in rows if row[0].strip() == "ptb"] == [
+        "elmo-hf", "elmo-hf reference", "cuDNN nn.LSTM"
+    ]
+    assert "dispatcher, float32 training: recurrence training" in result.stdout  # on a CPU, the CPU's kernel
+    check = next(line for line in result.stdout.splitlines() if "dispatched step against the reference" in line)
+    assert float(check.split("gradients within ")[1].split()[0]) <= 1e-5
     float32 = next(row for row in rows if row[0].strip() == "float32")  # the exactness table's row
     assert all(float(cell.split()[0]) <= 1e-5 for cell in float32[1:])
     # Triton vs reference
