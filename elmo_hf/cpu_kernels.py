@@ -786,6 +786,7 @@ def lstm_cell_update(
 
 __all__ = [
     "CpuLinear",
+    "KnownThreadBits",
     "RecurrentLinear",
     "ReorderTimings",
     "ReorderedWeights",

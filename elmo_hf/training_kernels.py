@@ -39,7 +39,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .cpu_kernels import StepThreads
+from .cpu_kernels import StepThreads, step_kind
 from .reference_elmo import FinishedRows, KernelRequest, LstmLinears, LstmState, SequenceBatch
 
 TRAINING_KERNEL_DTYPES = (torch.float32, torch.float64)
@@ -198,11 +198,12 @@ def cpu_forward(
     steps = {name: [] for name in names}
     finished = FinishedRows()
     position = 0
+    step_name = step_kind("training step", [hidden_to_gates, projection])
     with StepThreads() as threads:
         for active in batch_sizes:
             hidden, cell = finished.running((hidden, cell), active)
             values = threads.run(
-                "training step", active, forward_step, gate_inputs[position : position + active], hidden, cell,
+                step_name, active, forward_step, gate_inputs[position : position + active], hidden, cell,
                 hidden_to_gates, bias, projection, cell_clip, projection_clip, state=hidden,
             )
             for name, value in zip(names, values):
@@ -248,11 +249,12 @@ def cpu_backward(
     before clipping."""
     num_positions, lstm_dim = record.forget_gate.shape
     grad_gates = grad_outputs.new_empty(num_positions, 4 * lstm_dim)
+    step_name = step_kind("training step backward", [hidden_to_gates, projection])
     with StepThreads() as threads:
         for start, active in zip(step_positions(batch_sizes)[::-1], batch_sizes[::-1]):
             rows = slice(start, start + active)
             grad_output, grad_step_hidden, grad_step_cell = threads.run(
-                "training step backward", active, backward_step, grad_outputs[rows], grad_hidden[:active],
+                step_name, active, backward_step, grad_outputs[rows], grad_hidden[:active],
                 grad_cell[:active], grad_gates[rows], projection, hidden_to_gates, record.cell_from_output[rows],
                 record.cell_factors[rows], record.output_factor[rows], record.forget_gate[rows],
                 None if record.clipped_outputs is None else record.clipped_outputs[rows],

@@ -307,12 +307,16 @@ def test_saved_tensor_hooks_see_what_the_backward_keeps():
 
 
 @pytest.mark.parametrize(("lstm_dim", "projection_dim", "rows"), [(512, 64, 7), (4096, 512, 5)])
-def test_the_thread_count_of_a_step_never_changes_outputs_or_gradients(monkeypatch, lstm_dim, projection_dim, rows):
+def test_the_thread_count_of_a_step_never_changes_outputs_or_gradients(
+    monkeypatch, tmp_path, lstm_dim, projection_dim, rows
+):
     """Steps switching between one thread and two (a try every other step) give the bits of a run with two threads,
     also for a cell size whose products round differently with one thread (4096 cells, 5 rows, on the machines
     measured): `StepThreads` keeps those steps on torch's count."""
     for table in ("choices", "timings", "same_bits"):
         monkeypatch.setattr(cpu_kernels.StepThreads, table, {})
+    monkeypatch.setenv("ELMO_HF_CACHE", str(tmp_path))  # every check made here, none read from earlier tests
+    monkeypatch.setattr(cpu_kernels.KnownThreadBits, "_known", None)
     torch.manual_seed(0)
     batch_sizes = [rows, rows, rows, rows - 1, rows - 3]
     inputs = torch.randn(sum(batch_sizes), projection_dim, requires_grad=True)
