@@ -38,8 +38,8 @@ import json
 import math
 import os
 import platform
-import tempfile
 import statistics
+import tempfile
 import threading
 import time
 import weakref
