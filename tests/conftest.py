@@ -1,8 +1,10 @@
 """Shared fixtures: offline environment, a tiny config, and the converted fixture checkpoints."""
 
+import atexit
 import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -10,7 +12,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The CPU kernels' record of thread checks (`cpu_kernels.KnownThreadBits`) goes to a directory of this run, not the
 # user's cache, for the tests and the commands they start.
-os.environ.setdefault("ELMO_HF_CACHE", tempfile.mkdtemp(prefix="elmo-hf-test-cache-"))
+if "ELMO_HF_CACHE" not in os.environ:
+    os.environ["ELMO_HF_CACHE"] = tempfile.mkdtemp(prefix="elmo-hf-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ELMO_HF_CACHE"], ignore_errors=True)
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
