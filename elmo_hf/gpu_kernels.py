@@ -63,6 +63,15 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def compiled_kernels(dtype: torch.dtype) -> tuple:
+    """The Triton kernels (`triton_kernels.Kernels`, Triton imported now if not yet) and the dtype they compute in
+    for tensors of `dtype`: float64 for float64, float32 otherwise (bfloat16 loads are widened)."""
+    from .triton_kernels import compiled
+
+    kernels = compiled()
+    return kernels, kernels.float64 if dtype == torch.float64 else kernels.float32
+
+
 def supports_fused_recurrence(request: KernelRequest) -> bool:
     """The fused recurrence's capability: CUDA with Triton installed, inference (no autograd recording, not traced),
     float32, bfloat16 or float64, packed or padded."""
@@ -108,12 +117,9 @@ def fused_recurrence(
     longest first) step `t` updates the first `batch_sizes[t]` rows, so a finished row keeps its final state; in a
     padded one every row runs and the mask keeps a finished row's state.
     """
-    from .triton_kernels import compiled
-
-    kernels = compiled()
+    kernels, compute = compiled_kernels(inputs.dtype)
     gate_inputs = linears.input_to_gates(inputs)
     hidden, cell = (tensor.contiguous().clone() for tensor in initial_state)
-    compute = kernels.float64 if inputs.dtype == torch.float64 else kernels.float32
     lstm_dim, projection_dim = cell.shape[1], hidden.shape[1]
     if batch.packed:
         outputs = gate_inputs.new_empty(gate_inputs.shape[0], projection_dim)
@@ -152,10 +158,7 @@ def triton_forward(
     """`TrainingSteps.forward` in Triton: each step writes its outputs and its factors of the chain rule straight into
     the packed tensors of the record (rows sorted longest first, so step `t` is the first `batch_sizes[t]` rows of the
     state buffers, and a finished row keeps its final state there)."""
-    from .triton_kernels import compiled
-
-    kernels = compiled()
-    compute = kernels.float64 if gate_inputs.dtype == torch.float64 else kernels.float32
+    kernels, compute = compiled_kernels(gate_inputs.dtype)
     num_positions, lstm_dim, projection_dim = gate_inputs.shape[0], cell.shape[1], hidden.shape[1]
     hidden, cell = (tensor.contiguous().clone() for tensor in (hidden, cell))
     outputs, unclipped = (gate_inputs.new_empty(num_positions, projection_dim) for _ in range(2))
@@ -193,10 +196,7 @@ def triton_backward(
     """`TrainingSteps.backward` in Triton: each step's gradients written in place, into `grad_outputs` (becoming the
     projection's output's before clipping), the first rows of `grad_hidden` and `grad_cell`, and the step's rows of
     the gates' gradients."""
-    from .triton_kernels import compiled
-
-    kernels = compiled()
-    compute = kernels.float64 if grad_outputs.dtype == torch.float64 else kernels.float32
+    kernels, compute = compiled_kernels(grad_outputs.dtype)
     num_positions, lstm_dim = record.forget_gate.shape
     projection_dim = grad_outputs.shape[1]
     cell_from_output, cell_factors, output_factor, forget_gate = (
