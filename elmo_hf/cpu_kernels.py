@@ -521,8 +521,8 @@ class KnownThreadBits:
     architecture's token layer on a 2-vCPU EPYC running two other CPU-bound processes): a fresh process of 24
     sentences at batch 1 ran 10 of them, about 15% of its time. The answer depends only on the products' shapes, the
     thread counts and the kernels oneDNN picks, so the file is named after what picks them (`machine_fingerprint`:
-    torch's build, the CPU model and its flags, oneDNN's ISA variables): another torch, CPU or ISA limit reads another
-    file. The file is `$ELMO_HF_CACHE/thread-bits-<fingerprint>.json`, by default under `HF_HOME`
+    torch's build, the CPU model and its flags, oneDNN's ISA and math-mode variables): another torch, CPU, ISA limit
+    or math mode reads another file. The file is `$ELMO_HF_CACHE/thread-bits-<fingerprint>.json`, by default under `HF_HOME`
     (`~/.cache/huggingface/elmo_hf`); `ELMO_HF_CACHE=""` keeps the checks in the process only. It is written
     atomically (a new file renamed over the old one, merged with what other processes wrote); a file that cannot be
     read or written is ignored, and the checks run as without it.
@@ -586,7 +586,7 @@ def _key_text(key: tuple) -> str:
 def machine_fingerprint() -> str:
     """A short hash of what decides which oneDNN kernels compute a product here, so which bits each thread count
     gives: torch's version and build, the CPU's model and vector flags, and oneDNN's variables that limit or hint the
-    instruction set."""
+    instruction set or set its default floating-point math mode."""
     model = platform.processor()
     with contextlib.suppress(OSError):
         with open("/proc/cpuinfo") as cpuinfo:
@@ -596,7 +596,8 @@ def machine_fingerprint() -> str:
         "cpu": [platform.machine(), model, sorted(torch.cpu.get_capabilities().items())],
         "environment": {
             name: os.environ.get(name)
-            for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ONEDNN_CPU_ISA_HINTS", "DNNL_CPU_ISA_HINTS")
+            for prefix in ("ONEDNN", "DNNL")
+            for name in (f"{prefix}_MAX_CPU_ISA", f"{prefix}_CPU_ISA_HINTS", f"{prefix}_DEFAULT_FPMATH_MODE")
         },
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]

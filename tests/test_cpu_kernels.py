@@ -485,14 +485,15 @@ def test_thread_checks_survive_a_damaged_or_unwritable_cache(fresh_thread_choice
 
 
 def test_the_cache_file_is_named_after_what_picks_the_kernels(monkeypatch):
-    """Another limit on oneDNN's instruction set (or torch, or CPU) reads another file: the checks made under one do
-    not hold for the kernels picked under another."""
+    """Another limit on oneDNN's instruction set or another default math mode (or torch, or CPU) reads another file:
+    the checks made under one do not hold for the kernels picked under another."""
     fingerprint = cpu_kernels.machine_fingerprint.__wrapped__
     before = fingerprint()
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
-    assert fingerprint() != before
-    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
-    assert fingerprint() == before
+    for name, value in (("ONEDNN_MAX_CPU_ISA", "AVX2"), ("ONEDNN_DEFAULT_FPMATH_MODE", "BF16")):
+        monkeypatch.setenv(name, value)
+        assert fingerprint() != before
+        monkeypatch.delenv(name)
+        assert fingerprint() == before
 
 
 def test_a_fresh_process_runs_no_check_an_earlier_one_made(tmp_path):
