@@ -19,7 +19,9 @@ What it prints:
   timed with the model): words/s for elmo-hf float32 and bfloat16 and the cuDNN build (float32: the same character
   CNN, one `nn.LSTM(proj_size)` per layer and direction, no clipping), at each batch size; "of matmul" = useful
   FLOP/s over the matrix-product limit of the row's dtype; "of BW" = the recurrent and projection weights each time
-  step reads, per second, over the bandwidth; peak GPU memory;
+  step reads, per second, over the bandwidth; peak GPU memory; elmo-hf float32 also without its CUDA graphs (the
+  dispatcher's next entry, the fused recurrence launching its kernels step by step), to show what the graphs gain at
+  each batch size;
 - training, `ElmoForPreTraining` forward, backward and Adam step as dispatched (the training kernel with Triton
   steps, `gpu_kernels.TRITON_STEPS`), through the reference modules (`elmo_implementation="eager"`, autograd), and
   the cuDNN build of `bench_training.py` (same loss, no clipping), ptb and original architectures, at each training
@@ -28,12 +30,13 @@ What it prints:
   largest value);
 - exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
-  dispatched, float32 through the reference modules, and bfloat16; the Triton recurrence (compiled, on the GPU)
-  against the reference on one direction of the architecture's sizes, float32, bfloat16 and float64, packed and
-  padded; and whether the global flags (TF32, matmul precision, cuDNN) are as before the run.
+  dispatched, float32 through the reference modules, and bfloat16; the graphed and the fused Triton recurrence
+  (compiled and captured on the GPU) against the reference on one direction of the architecture's sizes, float32,
+  bfloat16 and float64, packed and padded; and whether the global flags (TF32, matmul precision, cuDNN) are as before the run.
 """
 
 import argparse
+import contextlib
 import copy
 import os
 import statistics
@@ -53,7 +56,11 @@ from bench_training import TorchLstmBiLm, forward_flops, sentences  # noqa: E402
 
 from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer  # noqa: E402
 from elmo_hf.gpu_kernels import triton_available  # noqa: E402
-from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS  # noqa: E402
+from elmo_hf.kernels_elmo import (  # noqa: E402
+    RECURRENCE_IMPLEMENTATIONS,
+    TOKEN_LAYER_IMPLEMENTATIONS,
+    Implementation,
+)
 from elmo_hf.corpus.pretraining import PRESETS  # noqa: E402
 from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence  # noqa: E402
 
@@ -138,6 +145,18 @@ class CudnnBiLm(nn.Module):
         return torch.cat([forward_top, backward_top], -1)
 
 
+@contextlib.contextmanager
+def without_graphs(active: bool):
+    """While `active`, the dispatcher's CUDA-graph entry supports no call (it takes the next entry)."""
+    entry = RECURRENCE_IMPLEMENTATIONS["cuda graphs"]
+    if active:
+        RECURRENCE_IMPLEMENTATIONS["cuda graphs"] = Implementation(entry.function, lambda request: False)
+    try:
+        yield
+    finally:
+        RECURRENCE_IMPLEMENTATIONS["cuda graphs"] = entry
+
+
 def inference_rows(args, device: torch.device, limits: dict) -> list[str]:
     """One table row per build and batch size; also the peak memory of each."""
     config = ElmoConfig(**PRESETS[args.architecture])
@@ -147,6 +166,7 @@ def inference_rows(args, device: torch.device, limits: dict) -> list[str]:
     torch.manual_seed(0)
     builds = {
         "elmo-hf float32": ElmoModel(config).eval().to(device),
+        "elmo-hf float32 without graphs": ElmoModel(config).eval().to(device),
         "elmo-hf bfloat16": ElmoModel(config).eval().to(device, torch.bfloat16),
         "cuDNN nn.LSTM float32": CudnnBiLm(config).eval().to(device),
     }
@@ -165,7 +185,7 @@ def inference_rows(args, device: torch.device, limits: dict) -> list[str]:
 
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            with torch.inference_mode():
+            with torch.inference_mode(), without_graphs("without graphs" in name):
                 seconds = seconds_of(run, device, repeats=args.repeats)
             peak = f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f}" if device.type == "cuda" else "n/a"
             tflops = words / seconds * flops_per_word(config) / 1e12
@@ -250,14 +270,16 @@ def gradient_difference(model: nn.Module, reference: nn.Module, batch: dict) -> 
 
 
 def kernel_rows(args, device: torch.device) -> list[str]:
-    """The Triton recurrence against the reference on this device: one LSTM direction of the architecture's sizes,
-    random weights, 64 rows (4 on a CPU, in Triton's interpreter) of random lengths, both clips active, packed and
-    padded; max abs difference of outputs and final states (the contract test checks the same on small sizes)."""
+    """The graphed (CUDA only) and the fused Triton recurrence against the reference on this device: one LSTM
+    direction of the architecture's sizes, random weights, 64 rows (4 on a CPU, in Triton's interpreter) of random
+    lengths, both clips active, packed and padded; max abs difference of outputs and final states (the contract test
+    checks the same on small sizes, the graphs stood in by eager runs). The graphed one runs each batch twice: the
+    capture, then a replay."""
     config = ElmoConfig(**PRESETS[args.architecture])
     generator = torch.Generator().manual_seed(0)
     num_rows = 64 if device.type == "cuda" else 4
     lengths = torch.randint(1, 40, (num_rows,), generator=generator)
-    recurrence = RECURRENCE_IMPLEMENTATIONS["triton"].function
+    names = ["cuda graphs", "triton"] if device.type == "cuda" else ["triton"]
     linears = LstmLinears(
         nn.Linear(config.projection_dim, 4 * config.lstm_dim, bias=False),
         nn.Linear(config.projection_dim, 4 * config.lstm_dim),
@@ -275,11 +297,17 @@ def kernel_rows(args, device: torch.device) -> list[str]:
                 linear.to(device, dtype)
             with torch.inference_mode():
                 expected = lstm_recurrence(inputs, batch, state, linears, 3.0, 3.0)
-                actual = recurrence(inputs, batch, state, linears, 3.0, 3.0)
-            pairs = zip((actual[0], *actual[1]), (expected[0], *expected[1]))
-            difference = max((value.double() - truth.double()).abs().max().item() for value, truth in pairs)
-            layout = "packed" if packed else "padded"
-            rows.append(f"| {str(dtype).removeprefix('torch.')} | {layout} | {difference:.1e} |")
+                for name in names:
+                    recurrence = RECURRENCE_IMPLEMENTATIONS[name].function
+                    difference = 0.0
+                    for _ in range(2 if name == "cuda graphs" else 1):
+                        actual = recurrence(inputs, batch, state, linears, 3.0, 3.0)
+                        pairs = zip((actual[0], *actual[1]), (expected[0], *expected[1]))
+                        difference = max(
+                            difference, *((value.double() - truth.double()).abs().max().item() for value, truth in pairs)
+                        )
+                    layout = "packed" if packed else "padded"
+                    rows.append(f"| {name} | {str(dtype).removeprefix('torch.')} | {layout} | {difference:.1e} |")
     return rows
 
 
@@ -366,10 +394,10 @@ def main() -> int:
     print("| dtype | " + " | ".join(f"layer {i}" for i in range(config.num_layers + 1)) + " |")
     print("|---|" + "---|" * (config.num_layers + 1))
     print("\n".join(exactness_rows(args, device)))
-    print("\nthe Triton recurrence against the reference (max abs difference of outputs and final states)")
+    print("\nthe Triton recurrences against the reference (max abs difference of outputs and final states)")
     if triton_available():
-        print("| dtype | batch | difference |")
-        print("|---|---|---|")
+        print("| implementation | dtype | batch | difference |")
+        print("|---|---|---|---|")
         print("\n".join(kernel_rows(args, device)))
     else:
         print("Triton is not installed: not checked")

@@ -93,6 +93,9 @@ CHECK_SENTENCES = 4
 ALLENNLP_WORKER = Path(__file__).resolve().parent / "allennlp_worker.py"
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "allennlp"  # an original checkpoint
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+# `--isa avx2`: what every measuring process (elmo-hf's, AllenNLP's, the limits') is told, so that torch's own
+# kernels, oneDNN and MKL use no instruction beyond AVX2 on a CPU that has more.
+ISA_LIMITS = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
 
 
 def flops_per_word(config: ElmoConfig) -> float:
@@ -324,6 +327,17 @@ def cpu_description() -> str:
     )
 
 
+def isa_description(isa: str | None) -> str:
+    """The header's line on `--isa`: the variables every measuring process gets, and the instruction set torch's own
+    kernels then use in a child (asked of one)."""
+    if isa is None:
+        return ""
+    command = [sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"]
+    used = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+    variables = " ".join(f"{name}={value}" for name, value in ISA_LIMITS[isa].items())
+    return f"instruction sets limited in every measuring process: {variables} (torch's kernels in a child: {used})\n"
+
+
 @contextmanager
 def busy_processes(count: int):
     """`count` CPU-bound processes (Python busy loops, not pinned) running for the duration of the block."""
@@ -406,6 +420,11 @@ def main() -> int:
         help="fresh processes per configuration, the implementations alternating; the median is the row's tok/s",
     )
     parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes kept running while measuring")
+    parser.add_argument(
+        "--isa", choices=sorted(ISA_LIMITS),
+        help="limit the instruction sets of torch, oneDNN and MKL in every measuring process (e.g. AVX2 kernels on an "
+        "AVX-512 CPU; the CPU's microarchitecture and caches stay its own)",
+    )
     parser.add_argument("--quick", action="store_true", help="32 sentences, one repeat")
     parser.add_argument("--worker", nargs=4, metavar=("MODEL", "BATCH", "DTYPE", "IMPL"), help=argparse.SUPPRESS)
     parser.add_argument("--allennlp-layers", help=argparse.SUPPRESS)
@@ -423,6 +442,8 @@ def main() -> int:
         parser.error("--allennlp: AllenNLP rows are float32 on the CPU; add --dtype float32 and --device cpu")
     if args.allennlp and not (Path(args.allennlp).is_file() and os.access(args.allennlp, os.X_OK)):
         parser.error(f"--allennlp {args.allennlp}: not an executable Python interpreter")
+    if args.isa:
+        os.environ.update(ISA_LIMITS[args.isa])
     if args.limits:
         torch.set_num_threads(args.threads)
         device = torch.device(args.device)
@@ -453,7 +474,8 @@ def main() -> int:
         return tuple(json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout))
 
     print(
-        f"{cpu_description()}\ntorch {torch.__version__}, {args.device}, {args.threads} threads, load average "
+        f"{cpu_description()}\n{isa_description(args.isa)}torch {torch.__version__}, {args.device}, {args.threads} "
+        "threads, load average "
         f"before: {os.getloadavg()[0]:.2f}; {args.processes} process(es) per configuration, {args.busy} busy "
         "process(es) while measuring",
         flush=True,

@@ -68,6 +68,8 @@ from .reference_elmo import (
 GATE_INPUT_BLOCK_ROWS = 256
 # The steps of `StepThreads.run_rows` run on row counts rounded up to a multiple of this.
 ROW_MULTIPLE = 8
+# A temporary file of `KnownThreadBits` older than this (seconds) was left by a killed process and is removed.
+ORPHAN_SECONDS = 3600
 
 
 def onednn_available() -> bool:
@@ -524,8 +526,9 @@ class KnownThreadBits:
     torch's build, the CPU model and its flags, oneDNN's ISA and math-mode variables): another torch, CPU, ISA limit
     or math mode reads another file. The file is `$ELMO_HF_CACHE/thread-bits-<fingerprint>.json`, by default under `HF_HOME`
     (`~/.cache/huggingface/elmo_hf`); `ELMO_HF_CACHE=""` keeps the checks in the process only. It is written
-    atomically (a new file renamed over the old one, merged with what other processes wrote); a file that cannot be
-    read or written is ignored, and the checks run as without it.
+    atomically (a new file renamed over the old one, merged with what other processes wrote; a temporary file a killed
+    process left is removed by a later write); a file that cannot be read or written is ignored, and the checks run
+    as without it.
     """
 
     # {key as text: same bits}, read from the file at the first question of the process (None until then).
@@ -558,13 +561,26 @@ class KnownThreadBits:
         temporary = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as file:
+            with tempfile.NamedTemporaryFile(
+                "w", dir=path.parent, prefix="thread-bits-", suffix=".tmp", delete=False
+            ) as file:
                 temporary = file.name
                 json.dump(known, file, indent=0, sort_keys=True)
             os.replace(temporary, path)
+            cls._remove_orphans(path.parent)
         except OSError:  # a read-only or full disk: the check stays in this process
             if temporary is not None:
                 Path(temporary).unlink(missing_ok=True)
+
+    @staticmethod
+    def _remove_orphans(directory: Path) -> None:
+        """Removes temporary files of the record older than `ORPHAN_SECONDS`: left by a process killed between
+        writing one and renaming it (a write takes milliseconds)."""
+        now = time.time()
+        for temporary in directory.glob("thread-bits-*.tmp"):
+            with contextlib.suppress(OSError):
+                if now - temporary.stat().st_mtime > ORPHAN_SECONDS:
+                    temporary.unlink()
 
     @classmethod
     def _read(cls) -> dict[str, bool]:

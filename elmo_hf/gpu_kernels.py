@@ -21,6 +21,13 @@
   state and output writes. The two products stay the layers' own matrix products, so the result is the reference's
   up to the order of float additions. Triton is optional: it is imported on first use, so the model imports and runs
   (the reference) where it is absent, remote code included.
+- `graphed_recurrence`: the fused recurrence replayed from CUDA graphs. A call of the fused recurrence launches four
+  kernels a step from Python, which at small batches costs more than the kernels themselves; here the batch is
+  padded to a multiple of `GRAPH_STEP_MULTIPLE` steps (the mask keeps a finished row's state, as in the padded
+  layout) and the whole recurrence of a kind of call (weights, batch size, steps, clips) is captured once into a
+  graph, then replayed: one launch a call. Graphs share one set of static buffers and one memory pool per device
+  (`RecurrenceGraphs`), so their memory is that of the largest call, not of every kind. A call made while the user
+  captures a graph of their own takes the fused recurrence.
 - `fused_training_recurrence`: the training kernel (`training_kernels.LstmWithProjectionFunction`: one autograd node
   for the whole recurrence, the input-to-gate products and the weight gradients one matrix product each over all
   steps) with its steps in Triton (`TRITON_STEPS`). Forward, a step is the recurrent product, one kernel for the
@@ -46,6 +53,9 @@ runs the model's own layers, whose convolutions follow torch's cuDNN flag.
 import functools
 import importlib.util
 import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 
 import torch
 from torch.nn import functional
@@ -55,6 +65,12 @@ from .training_kernels import TRAINING_KERNEL_DTYPES, ForwardRecord, TrainingSte
 
 FUSED_RECURRENCE_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 BLOCK = 1024  # elements of one program of the elementwise kernels
+# Steps of a padded batch whose input-to-gate products are one product (`fused_padded_steps`).
+GATE_BLOCK_STEPS = 8
+# `graphed_recurrence` captures a graph per number of steps rounded up to a multiple of this, and keeps at most
+# `GRAPH_CACHE_SIZE` graphs (the least recently replayed dropped first).
+GRAPH_STEP_MULTIPLE = 8
+GRAPH_CACHE_SIZE = 256
 
 
 @functools.cache
@@ -81,6 +97,14 @@ def supports_fused_recurrence(request: KernelRequest) -> bool:
         and not request.recording
         and not request.traced
         and request.dtype in FUSED_RECURRENCE_DTYPES
+    )
+
+
+def supports_graphed_recurrence(request: KernelRequest) -> bool:
+    """The graphed recurrence's capability: the fused recurrence's, while no CUDA graph is being captured on the
+    current stream (a user capturing the model into a graph of their own gets the fused recurrence)."""
+    return supports_fused_recurrence(request) and not (
+        torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
     )
 
 
@@ -117,37 +141,232 @@ def fused_recurrence(
     longest first) step `t` updates the first `batch_sizes[t]` rows, so a finished row keeps its final state; in a
     padded one every row runs and the mask keeps a finished row's state.
     """
-    kernels, compute = compiled_kernels(inputs.dtype)
-    gate_inputs = linears.input_to_gates(inputs)
     hidden, cell = (tensor.contiguous().clone() for tensor in initial_state)
-    lstm_dim, projection_dim = cell.shape[1], hidden.shape[1]
-    if batch.packed:
-        outputs = gate_inputs.new_empty(gate_inputs.shape[0], projection_dim)
-        steps, position = [], 0
-        for active in batch.batch_sizes:
-            steps.append((active, gate_inputs[position : position + active], outputs[position : position + active]))
-            position += active
-        running = [None] * len(steps)
-    else:
-        outputs = gate_inputs.new_empty(*gate_inputs.shape[:2], projection_dim)
-        steps = [(batch.batch_size, *step) for step in zip(gate_inputs, outputs)]
+    projection_dim = hidden.shape[1]
+    if not batch.packed:
+        outputs = inputs.new_empty(*inputs.shape[:2], projection_dim)
         running = batch.mask.squeeze(-1).to(torch.int8).contiguous()  # (steps, batch_size); the mask is a transpose
-    for (rows, step_inputs, step_outputs), step_running in zip(steps, running):
-        if rows == 0:
-            continue
-        masked = step_running is not None
-        recurrent = linears.hidden_to_gates(hidden[:rows])
-        cell_output = torch.empty_like(cell[:rows])
-        kernels.cell[(math.ceil(rows * lstm_dim / BLOCK),)](
-            step_inputs.contiguous(), recurrent.contiguous(), cell, cell_output, step_running, rows, lstm_dim,
-            cell_clip or 0.0, CLIP=cell_clip is not None, MASKED=masked, COMPUTE=compute, BLOCK=BLOCK,
-        )  # fmt: skip
-        projected = cell_output if linears.projection is None else linears.projection(cell_output)
-        kernels.output[(math.ceil(rows * projection_dim / BLOCK),)](
-            projected.contiguous(), hidden, step_outputs, step_running, rows, projection_dim,
-            projection_clip or 0.0, CLIP=projection_clip is not None, MASKED=masked, COMPUTE=compute, BLOCK=BLOCK,
-        )  # fmt: skip
+        fused_padded_steps(inputs, running, hidden, cell, outputs, linears, cell_clip, projection_clip)
+        return outputs, (hidden, cell)
+    gate_inputs = linears.input_to_gates(inputs)
+    outputs = gate_inputs.new_empty(gate_inputs.shape[0], projection_dim)
+    position = 0
+    for active in batch.batch_sizes:
+        rows = slice(position, position + active)
+        fused_step(gate_inputs[rows], outputs[rows], None, hidden, cell, linears, cell_clip, projection_clip)
+        position += active
     return outputs, (hidden, cell)
+
+
+def fused_padded_steps(
+    inputs: torch.Tensor, running: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor, outputs: torch.Tensor,
+    linears: LstmLinears, cell_clip: float | None, projection_clip: float | None,
+) -> None:
+    """The fused recurrence over a padded batch, in place: `inputs` `(steps, batch_size, in_features)`, `running`
+    `(steps, batch_size)` int8 (0 where a row has no token), the state `hidden` `(batch_size, projection_dim)` and
+    `cell` `(batch_size, lstm_dim)` updated to the final state, `outputs` `(steps, batch_size, projection_dim)`
+    written (zero where a row has no token). The input-to-gate products run on blocks of `GATE_BLOCK_STEPS` steps
+    (memory bounded by the block, not the batch's length). No host synchronisation and no allocation outside the
+    torch's allocator: what `graphed_recurrence` captures."""
+    for start in range(0, inputs.shape[0], GATE_BLOCK_STEPS):
+        block = slice(start, start + GATE_BLOCK_STEPS)
+        gate_inputs = linears.input_to_gates(inputs[block])
+        for step_gate_inputs, step_outputs, step_running in zip(gate_inputs, outputs[block], running[block]):
+            fused_step(step_gate_inputs, step_outputs, step_running, hidden, cell, linears, cell_clip, projection_clip)
+
+
+def fused_step(
+    gate_inputs: torch.Tensor, outputs: torch.Tensor, running: torch.Tensor | None, hidden: torch.Tensor,
+    cell: torch.Tensor, linears: LstmLinears, cell_clip: float | None, projection_clip: float | None,
+) -> None:
+    """One step of the fused recurrence for the first `rows = gate_inputs.shape[0]` rows of the state: the recurrent
+    product, one kernel for the gates, the cell update and clip (the first `rows` rows of `cell` updated in place),
+    the projection, and one kernel for the projection clip, the hidden state's rows and `outputs` `(rows,
+    projection_dim)`. With `running` (`(rows,)` int8), a row where it is 0 keeps its state and outputs zero."""
+    kernels, compute = compiled_kernels(gate_inputs.dtype)
+    rows, (lstm_dim, projection_dim) = gate_inputs.shape[0], (cell.shape[1], hidden.shape[1])
+    if rows == 0:
+        return
+    masked = running is not None
+    recurrent = linears.hidden_to_gates(hidden[:rows])
+    cell_output = torch.empty_like(cell[:rows])
+    kernels.cell[(math.ceil(rows * lstm_dim / BLOCK),)](
+        gate_inputs.contiguous(), recurrent.contiguous(), cell, cell_output, running, rows, lstm_dim,
+        cell_clip or 0.0, CLIP=cell_clip is not None, MASKED=masked, COMPUTE=compute, BLOCK=BLOCK,
+    )  # fmt: skip
+    projected = cell_output if linears.projection is None else linears.projection(cell_output)
+    kernels.output[(math.ceil(rows * projection_dim / BLOCK),)](
+        projected.contiguous(), hidden, outputs, running, rows, projection_dim,
+        projection_clip or 0.0, CLIP=projection_clip is not None, MASKED=masked, COMPUTE=compute, BLOCK=BLOCK,
+    )  # fmt: skip
+
+
+class CudaGraphs:
+    """What `graphed_recurrence` asks of CUDA: capture a body into a graph, and order its calls across streams."""
+
+    @staticmethod
+    def capture(body: Callable[[], None], device: torch.device, pool: tuple) -> Callable[[], None]:
+        """`body` (no host synchronisation) captured into a CUDA graph whose temporaries come from `pool`, after one
+        run on a side stream (which compiles Triton's kernels and readies cuBLAS); returns the graph's replay."""
+        with torch.cuda.device(device):
+            stream, current = torch.cuda.Stream(device), torch.cuda.current_stream(device)
+            stream.wait_stream(current)
+            with torch.cuda.stream(stream):
+                body()
+            current.wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                body()
+
+        def replay() -> None:
+            with torch.cuda.device(device):
+                graph.replay()
+
+        return replay
+
+    @staticmethod
+    def pool(device: torch.device) -> tuple:
+        """A new memory pool for graphs (`torch.cuda.graph_pool_handle`)."""
+        with torch.cuda.device(device):
+            return torch.cuda.graph_pool_handle()
+
+    @staticmethod
+    def after(event: object | None, device: torch.device) -> object:
+        """Makes the current stream wait for `event` (the previous call's end, if any); returns a new event for this
+        call's end, to be recorded with `end`."""
+        if event is not None:
+            torch.cuda.current_stream(device).wait_event(event)
+        return torch.cuda.Event()
+
+    @staticmethod
+    def end(event: object, device: torch.device) -> None:
+        event.record(torch.cuda.current_stream(device))
+
+
+class RecurrenceGraphs:
+    """The CUDA graphs of `graphed_recurrence`, one per kind of call (`graph_key`), and the memory they share.
+
+    Every graph of a device and dtype reads and writes one set of static buffers (inputs, running mask, state,
+    outputs: views of flat tensors sized for the largest call so far) and takes its temporaries from one memory pool
+    per device. A call copies its inputs in, replays, and copies its results out before any other call starts
+    (`lock`; across streams, each call's stream waits for the previous call's end), so graphs sharing memory never
+    see each other's data. Growing the buffers drops the graphs captured on the smaller ones. `device_graphs` is
+    what talks to CUDA (tests put an eager stand-in there to run the rest on a CPU).
+    """
+
+    device_graphs = CudaGraphs
+    lock = threading.Lock()
+    graphs: OrderedDict[tuple, Callable[[], None]] = OrderedDict()
+    buffers: dict[tuple, dict[str, torch.Tensor]] = {}
+    pools: dict[torch.device, tuple] = {}
+    last_call: dict[torch.device, object] = {}
+
+    @classmethod
+    def static(cls, device: torch.device, dtype: torch.dtype, shapes: dict[str, tuple]) -> dict[str, torch.Tensor]:
+        """Views of the device's and dtype's static buffers in `shapes` ("running" int8, the rest `dtype`), the
+        buffers grown (zeroed, and the graphs captured on them dropped) where one is too small."""
+        buffers = cls.buffers.setdefault((device, dtype), {})
+        if any(name not in buffers or buffers[name].numel() < math.prod(shape) for name, shape in shapes.items()):
+            for key in [key for key in cls.graphs if key[:2] == (device, dtype)]:
+                del cls.graphs[key]
+            for name, shape in shapes.items():
+                size = max(math.prod(shape), buffers[name].numel() if name in buffers else 0)
+                buffers[name] = torch.zeros(size, dtype=torch.int8 if name == "running" else dtype, device=device)
+        return {name: buffers[name][: math.prod(shape)].view(shape) for name, shape in shapes.items()}
+
+    @classmethod
+    def graph(cls, key: tuple, body: Callable[[], None], device: torch.device) -> Callable[[], None]:
+        """The replay of the graph of `key`, captured from `body` now if there is none (the capture's warm-up run
+        writes the static buffers: fill them after)."""
+        if key not in cls.graphs:
+            if device not in cls.pools:
+                cls.pools[device] = cls.device_graphs.pool(device)
+            cls.graphs[key] = cls.device_graphs.capture(body, device, cls.pools[device])
+            while len(cls.graphs) > GRAPH_CACHE_SIZE:
+                cls.graphs.popitem(last=False)
+        cls.graphs.move_to_end(key)
+        return cls.graphs[key]
+
+    @classmethod
+    def clear(cls) -> None:
+        """Drops every graph, buffer and pool (their memory returns to torch's allocator)."""
+        with cls.lock:
+            cls.graphs.clear()
+            cls.buffers.clear()
+            cls.pools.clear()
+            cls.last_call.clear()
+
+
+def graph_key(
+    inputs: torch.Tensor, steps: int, batch_size: int, linears: LstmLinears, cell_clip: float | None,
+    projection_clip: float | None,
+) -> tuple:
+    """What a graph of `graphed_recurrence` depends on: device and dtype first (`RecurrenceGraphs.static`), the
+    padded shape, the clips, and where and how each weight lies in memory (a graph reads the weights at the addresses
+    it was captured with, so it computes with their current values; a weight replaced or moved is another key)."""
+    weights = tuple(
+        None if linear is None else tuple((p.data_ptr(), p.shape, p.stride()) for p in linear.parameters())
+        for linear in linears
+    )
+    return inputs.device, inputs.dtype, steps, batch_size, inputs.shape[-1], cell_clip, projection_clip, weights
+
+
+def graphed_recurrence(
+    inputs: torch.Tensor,
+    batch: SequenceBatch,
+    initial_state: LstmState,
+    linears: LstmLinears,
+    cell_clip: float | None,
+    projection_clip: float | None,
+) -> tuple[torch.Tensor, LstmState]:
+    """`reference_elmo.lstm_recurrence` (same arguments and results): the fused recurrence over the batch padded to
+    a multiple of `GRAPH_STEP_MULTIPLE` steps (`fused_padded_steps`), replayed from a CUDA graph captured on the
+    first call of its kind (`RecurrenceGraphs`), so a call launches one graph instead of four kernels a step and
+    pays no Python per step. A packed batch is scattered into the padded layout (rows in running order) and its
+    outputs gathered back."""
+    batch_size, (hidden, cell) = batch.batch_size, initial_state
+    steps = math.ceil(batch.steps / GRAPH_STEP_MULTIPLE) * GRAPH_STEP_MULTIPLE
+    if batch.packed:
+        running = torch.arange(batch_size) < torch.tensor(batch.batch_sizes, dtype=torch.long).unsqueeze(1)
+        positions = running.flatten().nonzero().squeeze(1).to(inputs.device, non_blocking=True)
+    else:
+        running = batch.mask.squeeze(-1)
+    shapes = dict(
+        inputs=(steps, batch_size, inputs.shape[-1]), running=(steps, batch_size), hidden=tuple(hidden.shape),
+        cell=tuple(cell.shape), outputs=(steps, batch_size, hidden.shape[1]),
+    )  # fmt: skip
+    key = graph_key(inputs, steps, batch_size, linears, cell_clip, projection_clip)
+    device_graphs = RecurrenceGraphs.device_graphs
+    with RecurrenceGraphs.lock:
+        static = RecurrenceGraphs.static(inputs.device, inputs.dtype, shapes)
+        event = device_graphs.after(RecurrenceGraphs.last_call.get(inputs.device), inputs.device)
+
+        def body() -> None:
+            fused_padded_steps(
+                static["inputs"], static["running"], static["hidden"], static["cell"], static["outputs"], linears,
+                cell_clip, projection_clip,
+            )  # fmt: skip
+
+        replay = RecurrenceGraphs.graph(key, body, inputs.device)
+        static["inputs"].zero_()
+        if batch.packed:
+            static["inputs"].view(-1, inputs.shape[-1]).index_copy_(0, positions, inputs)
+        else:
+            static["inputs"][: batch.steps].copy_(inputs)
+        static["running"].zero_()
+        static["running"][: batch.steps].copy_(running)
+        static["hidden"].copy_(hidden)
+        static["cell"].copy_(cell)
+        replay()
+        outputs = static["outputs"]
+        if batch.packed:
+            outputs = outputs.view(-1, outputs.shape[-1]).index_select(0, positions)
+        else:
+            outputs = outputs[: batch.steps].clone()
+        final_state = static["hidden"].clone(), static["cell"].clone()
+        device_graphs.end(event, inputs.device)
+        RecurrenceGraphs.last_call[inputs.device] = event
+    return outputs, final_state
 
 
 def triton_forward(
@@ -255,12 +474,15 @@ def token_layer_without_tf32(word_ids: torch.Tensor, layers: TokenLayers, chunk_
 
 
 __all__ = [
+    "RecurrenceGraphs",
     "TRITON_STEPS",
     "char_cnn_as_products",
     "fused_recurrence",
     "fused_training_recurrence",
+    "graphed_recurrence",
     "supports_fused_recurrence",
     "supports_fused_training",
+    "supports_graphed_recurrence",
     "supports_token_layer_without_tf32",
     "token_layer_without_tf32",
     "triton_available",

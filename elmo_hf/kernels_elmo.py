@@ -46,8 +46,10 @@ from .export_kernels import supports as scan_supports
 from .gpu_kernels import (
     fused_recurrence,
     fused_training_recurrence,
+    graphed_recurrence,
     supports_fused_recurrence,
     supports_fused_training,
+    supports_graphed_recurrence,
     supports_token_layer_without_tf32,
     token_layer_without_tf32,
 )
@@ -71,6 +73,7 @@ def _always(request: KernelRequest) -> bool:
 # In order of preference; the reference last, supporting every call.
 RECURRENCE_IMPLEMENTATIONS: dict[str, Implementation] = {
     "cpu": Implementation(lstm_with_projection, cpu_supports),
+    "cuda graphs": Implementation(graphed_recurrence, supports_graphed_recurrence),
     "triton": Implementation(fused_recurrence, supports_fused_recurrence),
     "training": Implementation(fused_lstm_with_projection, training_supports),
     "triton training": Implementation(fused_training_recurrence, supports_fused_training),

@@ -23,6 +23,7 @@ import torch  # noqa: E402
 
 from elmo_hf.conversion.convert import convert_checkpoint  # noqa: E402
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
+from elmo_hf.gpu_kernels import RecurrenceGraphs  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_SETS = ("allennlp", "bilm-tf")
@@ -98,6 +99,40 @@ def expected_top_layer(name: str, row: int, batch: int) -> np.ndarray:
     with h5py.File(FIXTURES / name / f"lm_embeddings_{row}.hdf5", "r") as file:
         forward, backward = file[str(batch)][...]
     return np.concatenate([forward, backward], axis=-1)
+
+
+class EagerGraphs:
+    """`gpu_kernels.CudaGraphs` on a CPU (CI has no CUDA): "capturing" runs the body once, as the capture's warm-up
+    does, and "replaying" runs it again; `captures` counts the captures."""
+
+    captures: list[tuple] = []
+
+    @classmethod
+    def capture(cls, body, device, pool):
+        cls.captures.append(pool)
+        body()
+        return body
+
+    @staticmethod
+    def pool(device):
+        return ("pool", device)
+
+    @staticmethod
+    def after(event, device):
+        return object()
+
+    @staticmethod
+    def end(event, device):
+        pass
+
+
+@pytest.fixture(autouse=True)
+def graphs_on_cpu(monkeypatch):
+    """The graphed recurrence's graphs stood in by eager runs, and none kept from one test to the next."""
+    monkeypatch.setattr(RecurrenceGraphs, "device_graphs", EagerGraphs)
+    EagerGraphs.captures.clear()
+    yield
+    RecurrenceGraphs.clear()
 
 
 @pytest.fixture

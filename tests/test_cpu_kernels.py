@@ -458,6 +458,26 @@ def test_thread_checks_are_kept_for_the_next_process(fresh_thread_choices):
     assert cpu_kernels.StepThreads.same_bits == {("kept", torch.float32, 1, 2): True}
 
 
+def test_a_killed_writers_temporary_file_is_removed_by_a_later_write(fresh_thread_choices):
+    """A process killed between writing the record's temporary file and renaming it leaves the temporary file; the
+    next write removes it once it is older than any write could take, and leaves a fresh one (another process's,
+    being written now) alone."""
+    torch.set_num_threads(2)
+    cpu_kernels.StepThreads.choices[2] = [1, 8, 8]
+    directory = cpu_kernels.KnownThreadBits.path().parent
+    directory.mkdir(parents=True)
+    orphan, fresh = directory / "thread-bits-killed.tmp", directory / "thread-bits-writing.tmp"
+    for temporary in (orphan, fresh):
+        temporary.write_text("{")
+    old = time.time() - cpu_kernels.ORPHAN_SECONDS - 60
+    os.utime(orphan, (old, old))
+    with cpu_kernels.StepThreads() as threads:
+        threads.run("orphans", 1, counting_step([]), torch.ones(1), state=torch.ones(1))
+    assert sorted(file.name for file in directory.iterdir()) == sorted(
+        [cpu_kernels.KnownThreadBits.path().name, fresh.name]
+    )
+
+
 def test_thread_checks_survive_a_damaged_or_unwritable_cache(fresh_thread_choices, monkeypatch, tmp_path):
     """A damaged file is read as empty and written anew; where the directory cannot be made (here its parent is a
     file) or `ELMO_HF_CACHE` is empty, the check stays in the process and nothing fails or is left behind."""

@@ -9,12 +9,14 @@ import sys
 
 import pytest
 import torch
-from conftest import MIXED_SENTENCES, encode, tiny_config
+from conftest import MIXED_SENTENCES, EagerGraphs, encode, tiny_config
+from torch import nn
 from transformers.dynamic_module_utils import get_imports
 
-from elmo_hf import ElmoModel
+from elmo_hf import ElmoModel, gpu_kernels
+from elmo_hf.gpu_kernels import RecurrenceGraphs, graphed_recurrence
 from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS, Implementation
-from elmo_hf.reference_elmo import KernelRequest
+from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence
 
 # Triton reads TRITON_INTERPRET as it compiles a kernel file, imported on the first call of the fused recurrence.
 os.environ["TRITON_INTERPRET"] = "1"
@@ -30,7 +32,7 @@ def test_the_dispatcher_takes_the_gpu_kernels_only_for_the_calls_they_support():
     recurrence, token_layer = RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS
     for packed in (True, False):
         for dtype in (torch.float32, torch.bfloat16, torch.float64):
-            assert chosen(recurrence, dtype, CUDA, False, packed, False) == "triton"
+            assert chosen(recurrence, dtype, CUDA, False, packed, False) == "cuda graphs"
         # Training on a GPU: the training kernel with Triton steps on packed batches in float32 and float64.
         for dtype in (torch.float32, torch.float64):
             expected = "triton training" if packed else "reference"
@@ -45,6 +47,77 @@ def test_the_dispatcher_takes_the_gpu_kernels_only_for_the_calls_they_support():
     assert chosen(token_layer, torch.float32, CUDA, False, True, True) == "reference"  # traced: the modules' layers
 
 
+def test_a_call_captured_into_a_users_graph_takes_the_fused_recurrence(monkeypatch):
+    """No graph is captured inside a capture: while the current stream captures (the user graphing the model), the
+    fused recurrence's kernels are recorded into the user's graph instead."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    for packed in (True, False):
+        assert chosen(RECURRENCE_IMPLEMENTATIONS, torch.float32, CUDA, False, packed, False) == "triton"
+
+
+def small_linears() -> LstmLinears:
+    """Float64 linear maps of one direction (5 inputs, 7 cells, 5 projections), weights large enough that both clips
+    cut some values."""
+    torch.manual_seed(0)
+    linears = LstmLinears(nn.Linear(5, 28, bias=False), nn.Linear(5, 28), nn.Linear(7, 5, bias=False))
+    for linear in linears:
+        nn.init.normal_(linear.weight, std=0.7)
+        linear.double()
+    return linears
+
+
+def graphed_like_the_reference(linears: LstmLinears, lengths: list[int], packed: bool) -> None:
+    """`graphed_recurrence` on a random batch of rows of `lengths` (random state, both clips) gives the reference's
+    outputs and final state."""
+    generator = torch.Generator().manual_seed(sum(lengths))
+    lengths = torch.tensor(lengths)
+    batch = SequenceBatch(lengths, int(lengths.max()), packed)
+    tokens = torch.randn(len(lengths), batch.steps, 5, generator=generator, dtype=torch.float64)
+    tokens = tokens * (torch.arange(batch.steps) < lengths.unsqueeze(1)).unsqueeze(-1)
+    inputs = batch.directions(tokens)[0]
+    state = tuple(torch.randn(len(lengths), dim, generator=generator, dtype=torch.float64) for dim in (5, 7))
+    actual = graphed_recurrence(inputs, batch, state, linears, 0.6, 0.4)
+    expected = lstm_recurrence(inputs, batch, state, linears, 0.6, 0.4)
+    for value, reference in zip((actual[0], *actual[1]), (expected[0], *expected[1]), strict=True):
+        torch.testing.assert_close(value, reference, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
+def test_a_graph_is_captured_once_per_kind_of_call_and_computes_with_the_current_weights(packed):
+    """One graph per batch size, steps rounded up to 8 and weights' place in memory: a second call of the same kind
+    replays it (with weights changed in place in between, their new values), a larger call grows the shared buffers
+    and drops the graphs made on the smaller ones, a replaced weight or another batch size is another graph."""
+    linears = small_linears()
+    with torch.no_grad():
+        graphed_like_the_reference(linears, [6, 3, 0, 5], packed)  # 6 steps: a graph of 8
+        graphed_like_the_reference(linears, [7, 7, 1, 2], packed)
+        assert len(EagerGraphs.captures) == 1
+        graphed_like_the_reference(linears, [9, 2, 4, 1], packed)  # 16 steps: larger buffers, the 8-step graph dropped
+        assert len(EagerGraphs.captures) == 2 and len(RecurrenceGraphs.graphs) == 1
+        graphed_like_the_reference(linears, [3, 1, 2, 2], packed)  # 8 steps again, in the larger buffers
+        assert len(EagerGraphs.captures) == 3 and len(RecurrenceGraphs.graphs) == 2
+        linears.hidden_to_gates.weight.mul_(0.5)
+        linears.projection.weight.data.mul_(1.5)
+        graphed_like_the_reference(linears, [4, 4, 4, 4], packed)
+        assert len(EagerGraphs.captures) == 3
+        linears.projection.weight = nn.Parameter(linears.projection.weight * 0.9)
+        graphed_like_the_reference(linears, [4, 4, 4, 4], packed)
+        graphed_like_the_reference(linears, [4, 4, 4], packed)
+        assert len(EagerGraphs.captures) == 5
+    assert set(EagerGraphs.captures) == {("pool", CPU)}  # one memory pool for every graph of the device
+
+
+def test_the_least_recently_replayed_graph_is_dropped_beyond_the_cache_size(monkeypatch):
+    monkeypatch.setattr(gpu_kernels, "GRAPH_CACHE_SIZE", 2)
+    linears = small_linears()
+    with torch.no_grad():
+        for lengths in ([2, 1, 1, 1], [2, 1, 1], [2, 1, 1, 1], [2, 1]):  # batch sizes 4, 3, 4 (replayed), 2
+            graphed_like_the_reference(linears, lengths, packed=True)
+    assert len(EagerGraphs.captures) == 3
+    assert [key[3] for key in RecurrenceGraphs.graphs] == [4, 2]  # the batch of 3 was the least recently replayed
+
+
 def flags() -> tuple:
     """The global switches a library could be tempted to flip for exactness or speed."""
     return (
@@ -56,14 +129,16 @@ def flags() -> tuple:
     )
 
 
+@pytest.mark.parametrize("recurrence", ["cuda graphs", "triton"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_a_model_through_the_gpu_implementations_gives_the_reference_results(
-    dtype, tiny_model, tokenizer, monkeypatch
+    dtype, recurrence, tiny_model, tokenizer, monkeypatch
 ):
     """The GPU entries, made to accept CPU calls, run a whole model (the recurrence's Triton kernels in the
-    interpreter): every layer as the reference modules compute it, and no global flag changed."""
+    interpreter, graphs stood in by eager runs): every layer as the reference modules compute it, and no global flag
+    changed."""
     calls = []
-    for table, name in ((RECURRENCE_IMPLEMENTATIONS, "triton"), (TOKEN_LAYER_IMPLEMENTATIONS, "without-tf32")):
+    for table, name in ((RECURRENCE_IMPLEMENTATIONS, recurrence), (TOKEN_LAYER_IMPLEMENTATIONS, "without-tf32")):
         function = table[name].function
         recorded = Implementation(lambda *args, function=function: calls.append(1) or function(*args), lambda _: True)
         monkeypatch.setitem(table, "cpu", recorded)
@@ -88,7 +163,8 @@ def test_the_model_and_its_saved_code_work_without_triton(tmp_path):
 import sys
 sys.modules["triton"] = None
 import torch
-from conftest import MIXED_SENTENCES, encode, tiny_config
+from conftest import MIXED_SENTENCES, EagerGraphs, encode, tiny_config
+from torch import nn
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.gpu_kernels import supports_fused_recurrence
 from elmo_hf.reference_elmo import KernelRequest

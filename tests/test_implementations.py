@@ -277,3 +277,33 @@ print(" ".join(names))
         for _ in range(2)
     ]
     assert runs[0] == runs[1] and runs[0].split()[0] == "lstm_with_projection"
+
+
+def test_a_process_whose_onednn_is_limited_to_avx2_runs_bfloat16_through_the_reference():
+    """Capability as oneDNN sees it, not as the CPU's flags say: with oneDNN limited to AVX2 (as on an AVX2 CPU, where
+    it refuses bfloat16 products), a real process chooses the reference for bfloat16 and the kernels for float32, and
+    a bfloat16 model runs, close to float32."""
+    script = """
+import torch
+from conftest import MIXED_SENTENCES, encode, tiny_config
+from elmo_hf import ElmoModel, ElmoTokenizer
+from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, choose_implementation
+torch.manual_seed(0)
+model = ElmoModel(tiny_config()).eval()
+inputs = encode(ElmoTokenizer(), MIXED_SENTENCES)
+with torch.inference_mode():
+    expected = model(**inputs).last_hidden_state
+    cell = model.bilm.layers[0].forward_cell
+    names = [choose_implementation(RECURRENCE_IMPLEMENTATIONS, cell, True, torch.randn(2, 8)).__name__]
+    model.to(torch.bfloat16)
+    names.append(choose_implementation(RECURRENCE_IMPLEMENTATIONS, cell, True, torch.randn(2, 8).bfloat16()).__name__)
+    actual = model(**inputs).last_hidden_state.float()
+print(*names, (actual - expected).abs().max().item())
+"""
+    environment = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"}
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd="tests", env=environment
+    )
+    float32_choice, bfloat16_choice, difference = run.stdout.split()
+    assert (float32_choice, bfloat16_choice) == ("lstm_with_projection", "lstm_recurrence")
+    assert float(difference) < 0.1
