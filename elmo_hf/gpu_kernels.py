@@ -22,12 +22,12 @@
   up to the order of float additions. Triton is optional: it is imported on first use, so the model imports and runs
   (the reference) where it is absent, remote code included.
 - `graphed_recurrence`: the fused recurrence replayed from CUDA graphs. A call of the fused recurrence launches four
-  kernels a step from Python, which at small batches costs more than the kernels themselves; here the batch is
-  padded to a multiple of `GRAPH_STEP_MULTIPLE` steps (the mask keeps a finished row's state, as in the padded
-  layout) and the whole recurrence of a kind of call (weights, batch size, steps, clips) is captured once into a
-  graph, then replayed: one launch a call. Graphs share one set of static buffers and one memory pool per device
-  (`RecurrenceGraphs`), so their memory is that of the largest call, not of every kind. A call made while the user
-  captures a graph of their own takes the fused recurrence.
+  kernels a step from Python, which at small batches costs more than the kernels themselves; here the batch is padded
+  to a multiple of `GRAPH_STEP_MULTIPLE` steps (the mask keeps a finished row's state, as in the padded layout) and the
+  whole recurrence of a kind of call (weights, batch size, steps, clips) is captured once into a graph, then replayed:
+  one graph launch (and a few copies in and out) a call. Graphs share one set of static buffers and one memory pool per
+  device (`RecurrenceGraphs`), so their memory is that of the largest call, not of every kind. A call made while the
+  user captures a graph of their own takes the fused recurrence.
 - `fused_training_recurrence`: the training kernel (`training_kernels.LstmWithProjectionFunction`: one autograd node
   for the whole recurrence, the input-to-gate products and the weight gradients one matrix product each over all
   steps) with its steps in Triton (`TRITON_STEPS`). Forward, a step is the recurrent product, one kernel for the
@@ -166,7 +166,7 @@ def fused_padded_steps(
     `(steps, batch_size)` int8 (0 where a row has no token), the state `hidden` `(batch_size, projection_dim)` and
     `cell` `(batch_size, lstm_dim)` updated to the final state, `outputs` `(steps, batch_size, projection_dim)`
     written (zero where a row has no token). The input-to-gate products run on blocks of `GATE_BLOCK_STEPS` steps
-    (memory bounded by the block, not the batch's length). No host synchronisation and no allocation outside the
+    (memory bounded by the block, not the batch's length). No host synchronisation and no allocation outside
     torch's allocator: what `graphed_recurrence` captures."""
     for start in range(0, inputs.shape[0], GATE_BLOCK_STEPS):
         block = slice(start, start + GATE_BLOCK_STEPS)
@@ -215,7 +215,9 @@ class CudaGraphs:
                 body()
             current.wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
+            # On the device's own side stream (torch's default capture stream is made on whichever device is current
+            # at its first use); "thread_local": another thread's CUDA calls (a data loader's) do not break it.
+            with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
                 body()
 
         def replay() -> None:
@@ -240,6 +242,7 @@ class CudaGraphs:
 
     @staticmethod
     def end(event: object, device: torch.device) -> None:
+        """Records `event` on the current stream: this call's end, which the next call waits for."""
         event.record(torch.cuda.current_stream(device))
 
 
@@ -271,7 +274,8 @@ class RecurrenceGraphs:
                 del cls.graphs[key]
             for name, shape in shapes.items():
                 size = max(math.prod(shape), buffers[name].numel() if name in buffers else 0)
-                buffers[name] = torch.zeros(size, dtype=torch.int8 if name == "running" else dtype, device=device)
+                with torch.inference_mode(False):  # writable by later calls made outside inference mode
+                    buffers[name] = torch.zeros(size, dtype=torch.int8 if name == "running" else dtype, device=device)
         return {name: buffers[name][: math.prod(shape)].view(shape) for name, shape in shapes.items()}
 
     @classmethod
@@ -312,18 +316,14 @@ def graph_key(
 
 
 def graphed_recurrence(
-    inputs: torch.Tensor,
-    batch: SequenceBatch,
-    initial_state: LstmState,
-    linears: LstmLinears,
-    cell_clip: float | None,
-    projection_clip: float | None,
+    inputs: torch.Tensor, batch: SequenceBatch, initial_state: LstmState, linears: LstmLinears,
+    cell_clip: float | None, projection_clip: float | None,
 ) -> tuple[torch.Tensor, LstmState]:
     """`reference_elmo.lstm_recurrence` (same arguments and results): the fused recurrence over the batch padded to
     a multiple of `GRAPH_STEP_MULTIPLE` steps (`fused_padded_steps`), replayed from a CUDA graph captured on the
-    first call of its kind (`RecurrenceGraphs`), so a call launches one graph instead of four kernels a step and
-    pays no Python per step. A packed batch is scattered into the padded layout (rows in running order) and its
-    outputs gathered back."""
+    first call of its kind (`RecurrenceGraphs`), so a call launches one graph (and a few copies) instead of four
+    kernels a step, and pays no Python per step. A packed batch is scattered into the padded layout (rows in running
+    order) and its outputs gathered back."""
     batch_size, (hidden, cell) = batch.batch_size, initial_state
     steps = math.ceil(batch.steps / GRAPH_STEP_MULTIPLE) * GRAPH_STEP_MULTIPLE
     if batch.packed:

@@ -87,10 +87,12 @@ def graphed_like_the_reference(linears: LstmLinears, lengths: list[int], packed:
 def test_a_graph_is_captured_once_per_kind_of_call_and_computes_with_the_current_weights(packed):
     """One graph per batch size, steps rounded up to 8 and weights' place in memory: a second call of the same kind
     replays it (with weights changed in place in between, their new values), a larger call grows the shared buffers
-    and drops the graphs made on the smaller ones, a replaced weight or another batch size is another graph."""
+    and drops the graphs made on the smaller ones, a replaced weight or another batch size is another graph. Buffers
+    made under `inference_mode` serve later calls made outside it."""
     linears = small_linears()
-    with torch.no_grad():
+    with torch.inference_mode():
         graphed_like_the_reference(linears, [6, 3, 0, 5], packed)  # 6 steps: a graph of 8
+    with torch.no_grad():
         graphed_like_the_reference(linears, [7, 7, 1, 2], packed)
         assert len(EagerGraphs.captures) == 1
         graphed_like_the_reference(linears, [9, 2, 4, 1], packed)  # 16 steps: larger buffers, the 8-step graph dropped
