@@ -6,6 +6,7 @@ batches is the contract test's (`test_implementations.py`)."""
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -108,6 +109,36 @@ def test_a_graph_is_captured_once_per_kind_of_call_and_computes_with_the_current
         graphed_like_the_reference(linears, [4, 4, 4], packed)
         assert len(EagerGraphs.captures) == 5
     assert set(EagerGraphs.captures) == {("pool", CPU)}  # one memory pool for every graph of the device
+
+
+def test_threads_calling_the_graphed_recurrence_at_once_each_get_their_own_results():
+    """The graphs share their buffers: calls from several threads at once (batches of other sizes and lengths, so
+    other graphs and growing buffers) each get the reference's results for their own batch."""
+    linears = small_linears()
+    failures = []
+
+    def calls(batches: list[list[int]]) -> None:
+        try:
+            with torch.no_grad():
+                for lengths in batches * 5:
+                    graphed_like_the_reference(linears, lengths, packed=len(lengths) % 2 == 0)
+        except Exception as error:  # a wrong result, or a buffer of another call's shape
+            failures.append(error)
+
+    threads = [
+        threading.Thread(target=calls, args=(batches,))
+        for batches in ([[3, 2, 1], [9, 9, 2]], [[5, 4], [2, 1, 1, 1]], [[12, 1, 1, 1, 1], [4]])
+    ]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads switch often, as they would around a GPU's waits
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures and len(EagerGraphs.captures) >= 3
 
 
 def test_the_least_recently_replayed_graph_is_dropped_beyond_the_cache_size(monkeypatch):
