@@ -32,7 +32,8 @@ What it prints:
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
   dispatched, float32 through the reference modules, and bfloat16; the graphed and the fused Triton recurrence
   (compiled and captured on the GPU) against the reference on one direction of the architecture's sizes, float32,
-  bfloat16 and float64, packed and padded; and whether the global flags (TF32, matmul precision, cuDNN) are as before the run.
+  bfloat16 and float64, packed and padded; and whether the global flags (TF32, matmul precision, cuDNN) are as
+  before the run.
 """
 
 import argparse
@@ -299,13 +300,12 @@ def kernel_rows(args, device: torch.device) -> list[str]:
                 expected = lstm_recurrence(inputs, batch, state, linears, 3.0, 3.0)
                 for name in names:
                     recurrence = RECURRENCE_IMPLEMENTATIONS[name].function
-                    difference = 0.0
+                    differences = []
                     for _ in range(2 if name == "cuda graphs" else 1):
                         actual = recurrence(inputs, batch, state, linears, 3.0, 3.0)
                         pairs = zip((actual[0], *actual[1]), (expected[0], *expected[1]))
-                        difference = max(
-                            difference, *((value.double() - truth.double()).abs().max().item() for value, truth in pairs)
-                        )
+                        differences += [(value.double() - truth.double()).abs().max().item() for value, truth in pairs]
+                    difference = max(differences)
                     layout = "packed" if packed else "padded"
                     rows.append(f"| {name} | {str(dtype).removeprefix('torch.')} | {layout} | {difference:.1e} |")
     return rows
