@@ -524,8 +524,8 @@ class KnownThreadBits:
     sentences at batch 1 ran 10 of them, about 15% of its time. The answer depends only on the products' shapes, the
     thread counts and the kernels oneDNN picks, so the file is named after what picks them (`machine_fingerprint`:
     torch's build, the CPU model and its flags, oneDNN's ISA and math-mode variables): another torch, CPU, ISA limit
-    or math mode reads another file. The file is `$ELMO_HF_CACHE/thread-bits-<fingerprint>.json`, by default under `HF_HOME`
-    (`~/.cache/huggingface/elmo_hf`); `ELMO_HF_CACHE=""` keeps the checks in the process only. It is written
+    or math mode reads another file. The file is `$ELMO_HF_CACHE/thread-bits-<fingerprint>.json`, by default under
+    `HF_HOME` (`~/.cache/huggingface/elmo_hf`); `ELMO_HF_CACHE=""` keeps the checks in the process only. It is written
     atomically (a new file renamed over the old one, merged with what other processes wrote; a temporary file a killed
     process left is removed by a later write); a file that cannot be read or written is ignored, and the checks run
     as without it.

@@ -20,10 +20,12 @@ import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 from elmo_hf.conversion.convert import convert_checkpoint  # noqa: E402
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer  # noqa: E402
 from elmo_hf.gpu_kernels import RecurrenceGraphs  # noqa: E402
+from elmo_hf.reference_elmo import LstmLinears, SequenceBatch  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_SETS = ("allennlp", "bilm-tf")
@@ -36,6 +38,35 @@ MIXED_SENTENCES = [
     ["Über", "naïve", "café", "😀"],
     [],
 ]
+
+
+# Rows of `random_batch`: a row without tokens passes its state through.
+LENGTHS = [6, 6, 5, 4, 4, 3, 0, 1]
+
+
+def random_linears(dtype: torch.dtype) -> LstmLinears:
+    """Linear maps of one LSTM direction (5 inputs, 7 cells, 5 projections) of odd sizes, with weights large enough
+    that both clips (0.6, 0.4) cut some values and leave others."""
+    torch.manual_seed(0)
+    linears = LstmLinears(nn.Linear(5, 28, bias=False), nn.Linear(5, 28), nn.Linear(7, 5, bias=False))
+    for linear in linears:
+        nn.init.normal_(linear.weight, std=0.7)
+        linear.to(dtype)
+    return linears
+
+
+def random_batch(dtype: torch.dtype, packed: bool, with_state: bool, lengths: list[int] = LENGTHS):
+    """Inputs of one direction (rows of `lengths` tokens) in the layout, the layout and an initial state (random, or
+    zeros)."""
+    generator = torch.Generator().manual_seed(1)
+    batch = SequenceBatch(torch.tensor(lengths), max(lengths), packed)
+    tokens = torch.randn(len(lengths), max(lengths), 5, generator=generator, dtype=torch.float64)
+    tokens = tokens * (torch.arange(max(lengths)) < torch.tensor(lengths).unsqueeze(1)).unsqueeze(-1)
+    state = [torch.randn(1, len(lengths), dim, generator=generator, dtype=torch.float64) for dim in (5, 7)]
+    if not with_state:
+        state = [torch.zeros_like(tensor) for tensor in state]
+    state = tuple(batch.sorted_rows(tensor)[0].to(dtype) for tensor in state)
+    return batch.directions(tokens.to(dtype))[0], batch, state
 
 
 def tiny_config(**overrides) -> ElmoConfig:

@@ -10,14 +10,14 @@ import threading
 
 import pytest
 import torch
-from conftest import MIXED_SENTENCES, EagerGraphs, encode, tiny_config
+from conftest import MIXED_SENTENCES, EagerGraphs, encode, random_batch, random_linears, tiny_config
 from torch import nn
 from transformers.dynamic_module_utils import get_imports
 
 from elmo_hf import ElmoModel, gpu_kernels
 from elmo_hf.gpu_kernels import RecurrenceGraphs, graphed_recurrence
 from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS, Implementation
-from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence
+from elmo_hf.reference_elmo import KernelRequest, LstmLinears, lstm_recurrence
 
 # Triton reads TRITON_INTERPRET as it compiles a kernel file, imported on the first call of the fused recurrence.
 os.environ["TRITON_INTERPRET"] = "1"
@@ -57,27 +57,10 @@ def test_a_call_captured_into_a_users_graph_takes_the_fused_recurrence(monkeypat
         assert chosen(RECURRENCE_IMPLEMENTATIONS, torch.float32, CUDA, False, packed, False) == "triton"
 
 
-def small_linears() -> LstmLinears:
-    """Float64 linear maps of one direction (5 inputs, 7 cells, 5 projections), weights large enough that both clips
-    cut some values."""
-    torch.manual_seed(0)
-    linears = LstmLinears(nn.Linear(5, 28, bias=False), nn.Linear(5, 28), nn.Linear(7, 5, bias=False))
-    for linear in linears:
-        nn.init.normal_(linear.weight, std=0.7)
-        linear.double()
-    return linears
-
-
 def graphed_like_the_reference(linears: LstmLinears, lengths: list[int], packed: bool) -> None:
     """`graphed_recurrence` on a random batch of rows of `lengths` (random state, both clips) gives the reference's
     outputs and final state."""
-    generator = torch.Generator().manual_seed(sum(lengths))
-    lengths = torch.tensor(lengths)
-    batch = SequenceBatch(lengths, int(lengths.max()), packed)
-    tokens = torch.randn(len(lengths), batch.steps, 5, generator=generator, dtype=torch.float64)
-    tokens = tokens * (torch.arange(batch.steps) < lengths.unsqueeze(1)).unsqueeze(-1)
-    inputs = batch.directions(tokens)[0]
-    state = tuple(torch.randn(len(lengths), dim, generator=generator, dtype=torch.float64) for dim in (5, 7))
+    inputs, batch, state = random_batch(torch.float64, packed, with_state=True, lengths=lengths)
     actual = graphed_recurrence(inputs, batch, state, linears, 0.6, 0.4)
     expected = lstm_recurrence(inputs, batch, state, linears, 0.6, 0.4)
     for value, reference in zip((actual[0], *actual[1]), (expected[0], *expected[1]), strict=True):
@@ -90,7 +73,7 @@ def test_a_graph_is_captured_once_per_kind_of_call_and_computes_with_the_current
     replays it (with weights changed in place in between, their new values), a larger call grows the shared buffers
     and drops the graphs made on the smaller ones, a replaced weight or another batch size is another graph. Buffers
     made under `inference_mode` serve later calls made outside it."""
-    linears = small_linears()
+    linears = random_linears(torch.float64)
     with torch.inference_mode():
         graphed_like_the_reference(linears, [6, 3, 0, 5], packed)  # 6 steps: a graph of 8
     with torch.no_grad():
@@ -114,7 +97,7 @@ def test_a_graph_is_captured_once_per_kind_of_call_and_computes_with_the_current
 def test_threads_calling_the_graphed_recurrence_at_once_each_get_their_own_results():
     """The graphs share their buffers: calls from several threads at once (batches of other sizes and lengths, so
     other graphs and growing buffers) each get the reference's results for their own batch."""
-    linears = small_linears()
+    linears = random_linears(torch.float64)
     failures = []
 
     def calls(batches: list[list[int]]) -> None:
@@ -143,7 +126,7 @@ def test_threads_calling_the_graphed_recurrence_at_once_each_get_their_own_resul
 
 def test_the_least_recently_replayed_graph_is_dropped_beyond_the_cache_size(monkeypatch):
     monkeypatch.setattr(gpu_kernels, "GRAPH_CACHE_SIZE", 2)
-    linears = small_linears()
+    linears = random_linears(torch.float64)
     with torch.no_grad():
         for lengths in ([2, 1, 1, 1], [2, 1, 1], [2, 1, 1, 1], [2, 1]):  # batch sizes 4, 3, 4 (replayed), 2
             graphed_like_the_reference(linears, lengths, packed=True)
@@ -196,8 +179,7 @@ def test_the_model_and_its_saved_code_work_without_triton(tmp_path):
 import sys
 sys.modules["triton"] = None
 import torch
-from conftest import MIXED_SENTENCES, EagerGraphs, encode, tiny_config
-from torch import nn
+from conftest import MIXED_SENTENCES, encode, tiny_config
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.gpu_kernels import supports_fused_recurrence
 from elmo_hf.reference_elmo import KernelRequest

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import MIXED_SENTENCES, encode, tiny_config
+from conftest import MIXED_SENTENCES, encode, random_batch, random_linears, tiny_config
 from torch import nn
 
 from elmo_hf import ElmoModel, cpu_kernels
@@ -21,9 +21,8 @@ from elmo_hf.kernels_elmo import (
     choose_implementation,
 )
 from elmo_hf.modeling_elmo import ElmoCharacterEncoder, ElmoLstmCellWithProjection
-from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence, token_layer
+from elmo_hf.reference_elmo import KernelRequest, lstm_recurrence, token_layer
 
-LENGTHS = [6, 6, 5, 4, 4, 3, 0, 1]  # a row without tokens: its state passes through
 DTYPES = [torch.float32, torch.float64] + ([torch.bfloat16] if cpu_kernels.bfloat16_supported() else [])
 CPU = torch.device("cpu")
 # Triton reads TRITON_INTERPRET as it compiles a kernel file, imported on the first call of the fused recurrence.
@@ -52,30 +51,6 @@ def requests(dtype: torch.dtype, packed: bool) -> list[KernelRequest]:
 
 def supported(implementation: Implementation, dtype: torch.dtype, packed: bool) -> KernelRequest | None:
     return next((request for request in requests(dtype, packed) if implementation.supports(request)), None)
-
-
-def random_linears(dtype: torch.dtype) -> LstmLinears:
-    """Linear maps of odd sizes with weights large enough that both clips cut some values and leave others."""
-    torch.manual_seed(0)
-    linears = LstmLinears(nn.Linear(5, 28, bias=False), nn.Linear(5, 28), nn.Linear(7, 5, bias=False))
-    for linear in linears:
-        nn.init.normal_(linear.weight, std=0.7)
-        linear.to(dtype)
-    return linears
-
-
-def random_batch(dtype: torch.dtype, packed: bool, with_state: bool):
-    """Inputs of one direction in the layout, the layout and an initial state (random, or zeros)."""
-    generator = torch.Generator().manual_seed(1)
-    lengths = torch.tensor(LENGTHS)
-    batch = SequenceBatch(lengths, max(LENGTHS), packed)
-    tokens = torch.randn(len(LENGTHS), max(LENGTHS), 5, generator=generator, dtype=torch.float64)
-    tokens = tokens * (torch.arange(max(LENGTHS)) < lengths.unsqueeze(1)).unsqueeze(-1)
-    state = [torch.randn(1, len(LENGTHS), dim, generator=generator, dtype=torch.float64) for dim in (5, 7)]
-    if not with_state:
-        state = [torch.zeros_like(tensor) for tensor in state]
-    state = tuple(batch.sorted_rows(tensor)[0].to(dtype) for tensor in state)
-    return batch.directions(tokens.to(dtype))[0], batch, state
 
 
 @pytest.mark.parametrize("name", [name for name in RECURRENCE_IMPLEMENTATIONS if name != "reference"])
@@ -285,7 +260,7 @@ def test_a_process_whose_onednn_is_limited_to_avx2_runs_bfloat16_through_the_ref
     a bfloat16 model runs, close to float32."""
     script = """
 import torch
-from conftest import MIXED_SENTENCES, encode, tiny_config
+from conftest import MIXED_SENTENCES, encode, random_batch, random_linears, tiny_config
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, choose_implementation
 torch.manual_seed(0)
