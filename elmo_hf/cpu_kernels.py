@@ -20,7 +20,8 @@ the CPU has AVX-512 BF16 or AMX (elsewhere oneDNN may refuse bfloat16 products).
 - run every matrix product through oneDNN, the library `torch.compile` uses for CPU linear layers, with the bias (and
   the addend of the recurrence) fused into the product; for the few-row products of the recurrence, on a copy of the
   weight reordered into oneDNN's blocked layout where timing on the CPU at hand says it pays (`RecurrentLinear`);
-- compute the character convolutions as matrix products over all windows of a chunk of words;
+- compute the character convolutions as matrix products over the windows of a chunk of words, but for the windows
+  inside each word's final padding, which equal its last window;
 - compute the input-to-gate products of blocks of time steps at once, bias included, so that only the recurrence is
   sequential.
 
@@ -68,6 +69,8 @@ from .reference_elmo import (
 GATE_INPUT_BLOCK_ROWS = 256
 # The steps of `StepThreads.run_rows` run on row counts rounded up to a multiple of this.
 ROW_MULTIPLE = 8
+# `encode_words` multiplies the first windows of a chunk's words in counts rounded up to a multiple of this.
+WINDOW_MULTIPLE = 8
 # A temporary file of `KnownThreadBits` older than this (seconds) was left by a killed process and is removed.
 ORPHAN_SECONDS = 3600
 
@@ -672,19 +675,44 @@ def encode_words(word_ids: torch.Tensor, layers: TokenLayers, chunk_size: int | 
     """`reference_elmo.token_layer` (same arguments and result): `(num_words, row_width)` ids -> `(num_words,
     projection_dim)`, computed from the leaf layers.
 
-    Each convolution is one matrix product over all windows of all words of a chunk (faster on CPU than the direct
+    Each convolution is one matrix product over the windows of all words of a chunk (faster on CPU than the direct
     convolution): window `k` of a word holds characters `k .. k + width - 1`, flattened as the `Conv1d` weight
-    `(num_filters, char_embedding_dim, width)` is. Each chunk runs with the thread count `StepThreads` finds faster.
+    `(num_filters, char_embedding_dim, width)` is. A word's characters end in a run of one repeated id (the padding
+    within words), and every window inside that run reads the same characters as the word's last window, so it has
+    the same convolution: only the windows that start before the runs of a chunk (`distinct_windows`) and the last
+    window are multiplied, and the max over them is the max over all windows. Words are taken in chunks of similar
+    run starts (short words together), each chunk running with the thread count `StepThreads` finds faster.
     """
     products = TokenLayerProducts(layers)
+    starts = repeat_starts(word_ids[:, : layers.max_characters])
     if chunk_size is None:
-        return products.encode(word_ids)
+        return products.encode(word_ids, distinct_windows(starts))
     weights = [product.weight for _, product in products.convolutions]
     weights += [product.weight for pair in products.highway for product in pair] + [products.projection.weight]
-    name = step_kind(f"token layer of {layers.max_characters} characters", weights)
+    order = starts.argsort(stable=True)
     with StepThreads() as threads:
-        chunks = [threads.run_rows(name, products.encode, chunk) for chunk in word_ids.split(chunk_size)]
-    return torch.cat(chunks)
+        chunks = []
+        for chunk in order.split(chunk_size):
+            distinct = distinct_windows(starts[chunk])
+            # The products' shapes depend on the windows kept: another kind of step for the thread checks.
+            name = step_kind(f"token layer of {layers.max_characters} characters, {distinct} windows", weights)
+            encode = functools.partial(products.encode, distinct=distinct)
+            chunks.append(threads.run_rows(name, encode, word_ids[chunk]))
+    return torch.cat(chunks)[order.argsort()]
+
+
+def repeat_starts(char_ids: torch.Tensor) -> torch.Tensor:
+    """`(num_words, max_characters)` character ids -> `(num_words,)` where each word's final run of its last id
+    begins: one past its last character that differs from the last one (0 for a row of one repeated id)."""
+    positions = torch.arange(1, char_ids.shape[1] + 1, device=char_ids.device)
+    return ((char_ids != char_ids[:, -1:]) * positions).amax(dim=1)
+
+
+def distinct_windows(starts: torch.Tensor) -> int:
+    """The windows from which on every window of these words lies inside its word's final run: the largest of their
+    `repeat_starts`, rounded up to a multiple of `WINDOW_MULTIPLE` (fewer kinds of step to check and time)."""
+    largest = int(starts.max()) if starts.numel() else 0
+    return -(-largest // WINDOW_MULTIPLE) * WINDOW_MULTIPLE
 
 
 class TokenLayerProducts:
@@ -704,15 +732,20 @@ class TokenLayerProducts:
         self.projection = CpuLinear(layers.projection.weight, layers.projection.bias)
         self.activation = torch.relu if layers.activation == "relu" else torch.tanh
 
-    def encode(self, word_ids: torch.Tensor) -> torch.Tensor:
+    def encode(self, word_ids: torch.Tensor, distinct: int) -> torch.Tensor:
+        """`(num_words, row_width)` ids -> `(num_words, projection_dim)`, where from window `distinct` on every
+        window lies inside its word's final run of one repeated id (`distinct_windows`)."""
         layers = self.layers
         embedded = layers.char_embeddings(word_ids[:, : layers.max_characters])
         num_words, chars, dim = embedded.shape
         pooled = []
         for width, product in self.convolutions:
-            # (num_words * (chars - width + 1), dim * width): every window of every word
-            windows = embedded.unfold(1, width, 1).reshape(-1, dim * width)
-            pooled.append(product(windows).view(num_words, chars - width + 1, -1).amax(dim=1))
+            windows = embedded.unfold(1, width, 1)  # (num_words, chars - width + 1, dim, width)
+            if distinct < windows.shape[1] - 1:
+                # The windows inside the final run all equal the last one.
+                windows = torch.cat([windows[:, :distinct], windows[:, -1:]], dim=1)
+            kept = windows.shape[1]
+            pooled.append(product(windows.reshape(-1, dim * width)).view(num_words, kept, -1).amax(dim=1))
         features = self.activation(torch.cat(pooled, dim=-1))
         for gate_product, transform_product in self.highway:
             gate = torch.sigmoid(gate_product(features))

@@ -82,13 +82,25 @@ def test_every_recurrence_gives_the_reference_results(name, packed, with_state):
     )
 
 
+# (where the final run of one character id starts, its id) of each word of the token layer tests: a row of one id, short
+# words, long ones, a word filling all 50 characters but the last.
+REPEAT_STARTS = [(0, 0), (1, 261), (3, 261), (3, 98), (5, 261), (8, 261), (9, 261), (17, 261), (30, 261), (48, 261),
+                 (49, 261)]
+
+
 def encoder_and_ids(dtype: torch.dtype, **config) -> tuple[ElmoCharacterEncoder, torch.Tensor]:
     torch.manual_seed(0)
     encoder = ElmoCharacterEncoder(tiny_config(**config)).to(dtype).eval()
     for parameter in encoder.parameters():
         nn.init.normal_(parameter, std=0.5)
     width = encoder.config.row_width
-    word_ids = torch.randint(1, 262, (11, width))
+    word_ids = torch.randint(1, 262, (len(REPEAT_STARTS), width))
+    # Characters ending in a run of one id from each start on (as the padding within words ends a word), the run of
+    # the padding id 261 but for one of a byte id and a row of zeros (a padding word).
+    for row, (start, run_id) in enumerate(REPEAT_STARTS):
+        word_ids[row, start : encoder.config.max_characters_per_token] = run_id
+        if start:
+            word_ids[row, start - 1] = 1 + run_id % 261
     if config.get("word_embedding_dim"):
         word_ids[:, -1] = torch.randint(1, config["word_embedding_vocab_size"], (11,))
     return encoder, word_ids
