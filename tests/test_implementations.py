@@ -82,8 +82,8 @@ def test_every_recurrence_gives_the_reference_results(name, packed, with_state):
     )
 
 
-# (where the final run of one character id starts, its id) of each word of the token layer tests: a row of one id, short
-# words, long ones, a word filling all 50 characters but the last.
+# (where the final run of one character id starts, its id) of each word of the token layer tests: a row of one id,
+# short words, long ones, a word filling all 50 characters but the last.
 REPEAT_STARTS = [(0, 0), (1, 261), (3, 261), (3, 98), (5, 261), (8, 261), (9, 261), (17, 261), (30, 261), (48, 261),
                  (49, 261)]
 
@@ -102,7 +102,7 @@ def encoder_and_ids(dtype: torch.dtype, **config) -> tuple[ElmoCharacterEncoder,
         if start:
             word_ids[row, start - 1] = 1 + run_id % 261
     if config.get("word_embedding_dim"):
-        word_ids[:, -1] = torch.randint(1, config["word_embedding_vocab_size"], (11,))
+        word_ids[:, -1] = torch.randint(1, config["word_embedding_vocab_size"], (len(REPEAT_STARTS),))
     return encoder, word_ids
 
 
@@ -272,7 +272,7 @@ def test_a_process_whose_onednn_is_limited_to_avx2_runs_bfloat16_through_the_ref
     a bfloat16 model runs, close to float32."""
     script = """
 import torch
-from conftest import MIXED_SENTENCES, encode, random_batch, random_linears, tiny_config
+from conftest import MIXED_SENTENCES, encode, tiny_config
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, choose_implementation
 torch.manual_seed(0)
