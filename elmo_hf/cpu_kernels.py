@@ -745,7 +745,8 @@ class TokenLayerProducts:
                 # The windows inside the final run all equal the last one.
                 windows = torch.cat([windows[:, :distinct], windows[:, -1:]], dim=1)
             kept = windows.shape[1]
-            pooled.append(product(windows.reshape(-1, dim * width)).view(num_words, kept, -1).amax(dim=1))
+            products = product(windows.reshape(-1, dim * width)).view(num_words, kept, product.weight.shape[0])
+            pooled.append(products.amax(dim=1))
         features = self.activation(torch.cat(pooled, dim=-1))
         for gate_product, transform_product in self.highway:
             gate = torch.sigmoid(gate_product(features))

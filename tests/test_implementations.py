@@ -146,6 +146,19 @@ def test_every_token_layer_gives_the_reference_results(name, config, monkeypatch
     assert runs
 
 
+@pytest.mark.parametrize("name", [name for name in TOKEN_LAYER_IMPLEMENTATIONS if name != "reference"])
+def test_every_token_layer_takes_zero_words(name, monkeypatch):
+    implementation = TOKEN_LAYER_IMPLEMENTATIONS[name]
+    encoder, word_ids = encoder_and_ids(torch.float32)
+    word_ids, layers, chunk_size = token_layer_arguments(encoder, word_ids, monkeypatch)
+    with torch.no_grad():
+        expected = token_layer(word_ids[:0], layers, chunk_size)
+        for chunks in (chunk_size, None):
+            actual = implementation.function(word_ids[:0], layers, chunks)
+            assert actual.shape == expected.shape == (0, encoder.config.projection_dim)
+            assert actual.dtype == expected.dtype
+
+
 def test_the_reference_token_layer_is_the_same_in_chunks_and_at_once(monkeypatch):
     encoder, word_ids = encoder_and_ids(torch.float64)
     word_ids, layers, _ = token_layer_arguments(encoder, word_ids, monkeypatch)
