@@ -55,6 +55,7 @@ from torch import nn
 from .reference_elmo import (
     FinishedRows,
     KernelRequest,
+    Layer,
     LstmLinears,
     LstmState,
     SequenceBatch,
@@ -715,6 +716,26 @@ def distinct_windows(starts: torch.Tensor) -> int:
     return -(-largest // WINDOW_MULTIPLE) * WINDOW_MULTIPLE
 
 
+def window_products_max(
+    embedded: torch.Tensor, width: int, product: Layer, distinct: int | None = None
+) -> torch.Tensor:
+    """A character convolution of `width` and its max over windows, as one matrix product over the windows:
+    `(num_words, max_characters, char_embedding_dim)` -> `(num_words, num_filters)`.
+
+    Window `k` holds characters `k .. k + width - 1`, flattened as the `Conv1d` weight `(num_filters,
+    char_embedding_dim, width)` is, so `product` (the flattened weight and the bias) maps `(rows, char_embedding_dim *
+    width)` to `(rows, num_filters)`. Where `distinct` is given, every window from `distinct` on lies inside its word's
+    final run of one repeated id (`distinct_windows`) and so equals the word's last window: only windows `[:distinct]`
+    and the last are multiplied, and the max is the same. The CPU token layer (`TokenLayerProducts`) and the GPU one
+    without TF32 (`gpu_kernels.char_cnn_as_products`, every window) both compute it here."""
+    windows = embedded.unfold(1, width, 1)  # (num_words, max_characters - width + 1, char_embedding_dim, width)
+    if distinct is not None and distinct < windows.shape[1] - 1:
+        windows = torch.cat([windows[:, :distinct], windows[:, -1:]], dim=1)
+    num_words, kept, dim = windows.shape[:3]
+    products = product(windows.reshape(-1, dim * width))  # (num_words * kept, num_filters), also for no words
+    return products.view(num_words, kept, products.shape[-1]).amax(dim=1)
+
+
 class TokenLayerProducts:
     """The token layer's products by oneDNN, from the leaf layers of `layers`: `encode` maps `(num_words, row_width)`
     ids to `(num_words, projection_dim)` vectors."""
@@ -737,16 +758,7 @@ class TokenLayerProducts:
         window lies inside its word's final run of one repeated id (`distinct_windows`)."""
         layers = self.layers
         embedded = layers.char_embeddings(word_ids[:, : layers.max_characters])
-        num_words, chars, dim = embedded.shape
-        pooled = []
-        for width, product in self.convolutions:
-            windows = embedded.unfold(1, width, 1)  # (num_words, chars - width + 1, dim, width)
-            if distinct < windows.shape[1] - 1:
-                # The windows inside the final run all equal the last one.
-                windows = torch.cat([windows[:, :distinct], windows[:, -1:]], dim=1)
-            kept = windows.shape[1]
-            products = product(windows.reshape(-1, dim * width)).view(num_words, kept, product.weight.shape[0])
-            pooled.append(products.amax(dim=1))
+        pooled = [window_products_max(embedded, width, product, distinct) for width, product in self.convolutions]
         features = self.activation(torch.cat(pooled, dim=-1))
         for gate_product, transform_product in self.highway:
             gate = torch.sigmoid(gate_product(features))

@@ -60,6 +60,7 @@ from collections.abc import Callable
 import torch
 from torch.nn import functional
 
+from .cpu_kernels import window_products_max
 from .reference_elmo import KernelRequest, Layer, LstmLinears, LstmState, SequenceBatch, TokenLayers, token_layer
 from .training_kernels import TRAINING_KERNEL_DTYPES, ForwardRecord, TrainingSteps, step_positions, training_recurrence
 
@@ -452,16 +453,19 @@ fused_training_recurrence = training_recurrence(TRITON_STEPS)
 
 def char_cnn_as_products(convolutions: tuple[torch.nn.Conv1d, ...], activation: str) -> Layer:
     """`ElmoCharCnn`'s computation with each convolution as one matrix product over every window of every word
-    (window `k` holds characters `k .. k + width - 1`, flattened as the `Conv1d` weight
-    `(num_filters, char_embedding_dim, width)` is): `(num_words, max_characters, char_embedding_dim)` ->
-    `(num_words, num_filters)`."""
+    (`cpu_kernels.window_products_max`): `(num_words, max_characters, char_embedding_dim)` -> `(num_words,
+    num_filters)`. Every window is multiplied: skipping those inside each word's final run of one repeated id, as the
+    CPU kernel does, needs their count on the host, a synchronisation per chunk of words."""
 
     def char_cnn(char_embeddings: torch.Tensor) -> torch.Tensor:
-        pooled = []
-        for conv in convolutions:
-            # (num_words, max_characters - width + 1, char_embedding_dim * width)
-            windows = char_embeddings.unfold(1, conv.kernel_size[0], 1).flatten(2)
-            pooled.append(functional.linear(windows, conv.weight.flatten(1), conv.bias).amax(dim=1))
+        pooled = [
+            window_products_max(
+                char_embeddings,
+                conv.kernel_size[0],
+                functools.partial(functional.linear, weight=conv.weight.flatten(1), bias=conv.bias),
+            )
+            for conv in convolutions
+        ]
         features = torch.cat(pooled, dim=-1)
         return torch.relu(features) if activation == "relu" else torch.tanh(features)
 
