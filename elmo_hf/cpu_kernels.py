@@ -677,12 +677,9 @@ def encode_words(word_ids: torch.Tensor, layers: TokenLayers, chunk_size: int | 
     projection_dim)`, computed from the leaf layers.
 
     Each convolution is one matrix product over the windows of all words of a chunk (faster on CPU than the direct
-    convolution): window `k` of a word holds characters `k .. k + width - 1`, flattened as the `Conv1d` weight
-    `(num_filters, char_embedding_dim, width)` is. A word's characters end in a run of one repeated id (the padding
-    within words), and every window inside that run reads the same characters as the word's last window, so it has
-    the same convolution: only the windows that start before the runs of a chunk (`distinct_windows`) and the last
-    window are multiplied, and the max over them is the max over all windows. Words are taken in chunks of similar
-    run starts (short words together), each chunk running with the thread count `StepThreads` finds faster.
+    convolution), leaving out the windows inside the words' final runs of one repeated id, which equal each word's
+    last window (`window_products_max`). Words are taken in chunks of similar run starts (short words together, so
+    few windows are kept), each chunk running with the thread count `StepThreads` finds faster.
     """
     products = TokenLayerProducts(layers)
     starts = repeat_starts(word_ids[:, : layers.max_characters])
