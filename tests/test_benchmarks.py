@@ -136,3 +136,13 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     ]
     assert all(float(difference) <= (1e-6 if dtype != "bfloat16" else 2e-2) for _, dtype, _, difference in kernel)
     assert "global flags unchanged by the run: yes" in result.stdout
+
+
+def test_embed_benchmark_runs_the_command_around_a_stand_in_and_prints_its_rates():
+    arguments = "--architecture small --sentences 40 --layers all top --dtypes float16"
+    output = run_output("bench_embed.py", *arguments.split())
+    rows = table_rows(output)
+    assert [(row["layers"], row["dtype"]) for row in rows] == [("all", "float16"), ("top", "float16")]
+    for row in rows:
+        assert float(row["run words/s"].replace(",", "")) > 0 and float(row["total words/s"].replace(",", "")) > 0
+    assert "takes a fresh 1 GiB file at" in output and "CPU:" in output

@@ -2,6 +2,7 @@
 run, two processes and a merge, bad input."""
 
 import json
+import math
 import os
 import signal
 import socket
@@ -15,9 +16,18 @@ import numpy as np
 import pytest
 import torch
 from conftest import FIXTURES, fixture_sentences
+from transformers.modeling_outputs import BaseModelOutput
 
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.cli import main
+from elmo_hf.corpus.embed import (
+    EmbedRunError,
+    NonFiniteVectors,
+    embed_corpus,
+    mix_for,
+    select_layers,
+    sentence_vectors,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCES = [" ".join(words) for batch in fixture_sentences("allennlp") for words in batch]
@@ -110,6 +120,51 @@ def test_layer_choices_shapes_and_values(model_dir, tmp_path):
     vectors, _ = read_file(tmp_path / "top16.hdf5")
     assert vectors["0"].dtype == np.float16
     np.testing.assert_allclose(vectors["0"], expected["top"][0], atol=2e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("layers", ["all", "top", "average"])
+def test_sentence_vectors_are_each_rows_words_in_one_host_copy(layers):
+    """Each sentence's array is bitwise its row of `select_layers`, cut to its words, converted to the dtype asked
+    for, and a contiguous view of one copy; padding (here NaN and overflowing values) is never read or checked."""
+    generator = torch.Generator().manual_seed(0)
+    lengths = [6, 0, 3, 1]
+    hidden = [torch.randn(4, 6, 8, generator=generator) for _ in range(3)]
+    attention_mask = torch.tensor([[int(position < words) for position in range(6)] for words in lengths])
+    for layer in hidden:
+        layer[attention_mask == 0] = torch.tensor([math.nan, 1e6]).repeat(4)
+    outputs = BaseModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden))
+    mix = mix_for(layers, None, 1.0, 3)
+    selected = select_layers(outputs, attention_mask, layers, mix)
+    for dtype in (torch.float32, torch.float16):
+        arrays = sentence_vectors(outputs, attention_mask, lengths, layers, mix, dtype)
+        bases = {id(array.base) for array in arrays}
+        assert len(bases) == 1 and None not in bases
+        for row, (words, array) in enumerate(zip(lengths, arrays)):
+            expected = (selected[row, :, :words] if layers == "all" else selected[row, :words]).to(dtype).numpy()
+            assert array.shape == expected.shape and array.dtype == expected.dtype and array.flags.c_contiguous
+            assert array.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("value, dtype", [(math.nan, torch.float32), (-math.inf, torch.float32), (7e4, torch.float16)])
+def test_sentence_vectors_refuse_a_vector_that_is_not_finite_in_the_dtype(value, dtype):
+    hidden = [torch.zeros(2, 3, 4) for _ in range(3)]
+    hidden[1][1, 1, 2] = value
+    outputs = BaseModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden))
+    with pytest.raises(NonFiniteVectors):
+        sentence_vectors(outputs, torch.ones(2, 3, dtype=torch.long), [3, 2], "all", None, dtype)
+    assert len(sentence_vectors(outputs, torch.ones(2, 3, dtype=torch.long), [3, 1], "all", None, dtype)) == 2
+
+
+def test_non_finite_vectors_stop_the_run_naming_the_lines(model_dir, tmp_path, capsys):
+    model = ElmoModel.from_pretrained(model_dir).eval()
+    with torch.no_grad():
+        next(model.parameters()).fill_(math.nan)
+    source = write_lines(tmp_path / "in.txt", SENTENCES[:3])
+    message = r"non-finite vectors for a sentence among lines ([123], ){2}[123]; check the model; no part was complete"
+    with pytest.raises(EmbedRunError, match=message):
+        embed_corpus(source, tmp_path / "out.hdf5", model=(model, ElmoTokenizer.from_pretrained(model_dir)),
+                     progress=False)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
 
 
 def test_default_split_and_standard_input(model_dir, tmp_path, monkeypatch):

@@ -109,17 +109,22 @@ def test_standard_input_is_refused_under_several_processes(model_dir, tmp_path, 
 
 
 def full_disk_after(monkeypatch, calls: int):
-    """h5py's create_dataset raises ENOSPC from its `calls + 1`-th call on, as on a full file system."""
-    original = h5py.Group.create_dataset
+    """Writing a dataset (a line's vectors, a copy of them in the merge, an index) raises ENOSPC from the `calls +
+    1`-th dataset on, as on a full file system."""
     count = [0]
 
-    def create_dataset(self, *args, **kwargs):
-        count[0] += 1
-        if count[0] > calls:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return original(self, *args, **kwargs)
+    def failing(original):
+        def write(*args, **kwargs):
+            count[0] += 1
+            if count[0] > calls:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return original(*args, **kwargs)
 
-    monkeypatch.setattr(h5py.Group, "create_dataset", create_dataset)
+        return write
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", failing(h5py.Group.create_dataset))
+    for name in ("write_vectors", "copy_dataset"):
+        monkeypatch.setattr(embed_module, name, failing(getattr(embed_module, name)))
 
 
 @pytest.mark.parametrize("calls, kept", [(12, 2), (30, 4), (0, 0)])

@@ -391,8 +391,7 @@ class PartWriter:
             self.file = h5py.File(self.guard, "w")
             self.file.attrs[SETTINGS_ATTR] = json.dumps(self.settings)
             self.opened = time.monotonic()
-        dataset = self.file.create_dataset(str(sentence.key), data=vectors)
-        dataset.attrs[LINE_ATTR] = line_hash(sentence.text)
+        write_vectors(self.file, sentence.key, vectors, line_hash(sentence.text))
         self.guard.check()
         self.part_shapes[sentence.key] = vectors.shape
         if sentence.key > self.part_index.get(sentence.text, -1):
@@ -437,12 +436,36 @@ class PartWriter:
             self.sources.pop(key, None)
 
 
+def write_vectors(file: h5py.File, key: int, vectors: np.ndarray, hashed: str) -> None:
+    """Line `key`'s dataset with its line hash, as `file.create_dataset(str(key), data=vectors).attrs[LINE_ATTR] =
+    hashed` writes it (contiguous, no modification times, the hash a variable-length UTF-8 string), through h5py's
+    low-level calls: h5py's high-level ones spent more time in Python than HDF5 spent writing (`bench_embed.py`)."""
+    properties = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    properties.set_obj_track_times(False)
+    vectors = np.ascontiguousarray(vectors)
+    dataset = h5py.h5d.create(
+        file.id, str(key).encode(), h5py.h5t.py_create(vectors.dtype, logical=True),
+        h5py.h5s.create_simple(vectors.shape), dcpl=properties,
+    )
+    dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, vectors)
+    string = h5py.string_dtype()
+    attribute = h5py.h5a.create(
+        dataset, LINE_ATTR.encode(), h5py.h5t.py_create(string, logical=True), h5py.h5s.create_simple(())
+    )
+    attribute.write(np.array(hashed, dtype=string), mtype=h5py.h5t.py_create(string))
+
+
 def write_index(file: h5py.File, index: dict[str, int]):
     """`sentence_to_index` as allennlp writes it: one variable-length string holding the JSON object, keys as strings,
     in line order."""
     ordered = {sentence: str(key) for sentence, key in sorted(index.items(), key=lambda item: item[1])}
     dataset = file.create_dataset(INDEX_NAME, (1,), dtype=h5py.string_dtype())
     dataset[0] = json.dumps(ordered)
+
+
+def copy_dataset(source: h5py.File, target: h5py.File, name: bytes) -> None:
+    """Copies a line's dataset, its line hash included, inside HDF5 (no array or attribute passes through Python)."""
+    h5py.h5o.copy(source.id, name, target.id, name)
 
 
 def merge_into(
@@ -469,13 +492,13 @@ def merge_into(
                     raise EmbedRunError(f"cannot read {path} ({describe(error)})") from None
                 with source:
                     for key in sorted(keys):
+                        name = str(key).encode()
                         try:
-                            data, hashed = source[str(key)][()], source[str(key)].attrs[LINE_ATTR]
+                            shapes[key] = h5py.h5d.open(source.id, name).shape
                         except (OSError, KeyError) as error:
                             raise EmbedRunError(f"cannot read line {key}'s vectors in {path} ({describe(error)})")
-                        merged.create_dataset(str(key), data=data).attrs[LINE_ATTR] = hashed
+                        copy_dataset(source, merged, name)
                         guard.check()
-                        shapes[key] = data.shape
             write_index(merged, index)
         guard.close()
         verify_written(temporary, shapes, index)
@@ -736,10 +759,9 @@ class EmbedRun:
                         writer.write(sentences_, empty.numpy())
                         progress.update(1)
                         continue
-                    for row, sentence in enumerate(sentences_):
-                        length = len(sentence.words)
-                        writer.write(sentence, payload[row, :, :length] if kind == "all" else payload[row, :length])
-                        self.words_embedded += length
+                    for sentence, vectors in zip(sentences_, payload):
+                        writer.write(sentence, vectors)
+                        self.words_embedded += len(sentence.words)
                     self.sentences_embedded += len(sentences_)
                     progress.update(len(sentences_))
                     rate = self.words_embedded / max(time.perf_counter() - start, 1e-9)
@@ -772,8 +794,7 @@ class EmbedRun:
                         break
                     batch, input_ids, attention_mask = item
                     vectors = self.vectors(model, mix, input_ids.to(device), attention_mask.to(device), batch)
-                    kind = "all" if self.settings["layers"] == "all" else "rows"
-                    put(results, (kind, batch, vectors), self.stop)
+                    put(results, ("vectors", batch, vectors), self.stop)
             put(results, None, self.stop)
             writer_thread.join()
         except BaseException as error:
@@ -793,22 +814,23 @@ class EmbedRun:
         self.lock = None
         return seconds
 
-    def vectors(self, model, mix, input_ids, attention_mask, batch: list[Sentence]) -> np.ndarray:
-        """The requested layers of a batch as a float32 or float16 array: `(batch_size, num_layers + 1,
-        sequence_length, dim)` for `all`, `(batch_size, sequence_length, dim)` otherwise."""
+    def vectors(self, model, mix, input_ids, attention_mask, batch: list[Sentence]) -> list[np.ndarray]:
+        """The requested layers of a batch as a float32 or float16 array per sentence (`sentence_vectors`)."""
         keys = ", ".join(str(sentence.key + 1) for sentence in batch)
         try:
             outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
         except (RuntimeError, ValueError) as error:
             raise EmbedRunError(f"the model failed on the batch of lines {keys} ({describe(error)})") from error
-        selected = select_layers(outputs, attention_mask, self.settings["layers"], mix)
-        selected = selected.to(OUTPUT_DTYPES[self.settings["dtype"]])
-        if not bool(torch.isfinite(selected).all()):
+        lengths = [len(sentence.words) for sentence in batch]
+        try:
+            return sentence_vectors(
+                outputs, attention_mask, lengths, self.settings["layers"], mix, OUTPUT_DTYPES[self.settings["dtype"]]
+            )
+        except NonFiniteVectors:
             hint = "; check the model"
             if self.settings["dtype"] == "float16":
                 hint = " beyond float16's range; use --dtype float32"
-            raise EmbedRunError(f"non-finite vectors for a sentence among lines {keys}{hint}")
-        return selected.cpu().numpy()
+            raise EmbedRunError(f"non-finite vectors for a sentence among lines {keys}{hint}") from None
 
 
 def merge_shards(output: str | os.PathLike, world_size: int | None = None, overwrite: bool = False) -> int:
@@ -894,6 +916,32 @@ def select_layers(outputs, attention_mask: torch.Tensor, layers: str, mix) -> to
     if layers == "top":
         return outputs.last_hidden_state
     return mix(outputs.hidden_states, attention_mask)
+
+
+class NonFiniteVectors(ValueError):
+    """A vector `sentence_vectors` was to return is not finite in the dtype asked for."""
+
+
+def sentence_vectors(
+    outputs, attention_mask: torch.Tensor, lengths: Sequence[int], layers: str, mix, dtype: torch.dtype
+) -> list[np.ndarray]:
+    """The layers asked for (`select_layers`) of a right-padded batch as one host array per sentence, cut to its
+    `lengths[row]` words: `(num_layers + 1, words, dim)` for `"all"`, `(words, dim)` otherwise, in `dtype`.
+
+    Only the sentences' words are gathered, in the order the arrays are laid out (one concatenation on the model's
+    device, without stacking the layers first), then converted, checked and copied to the host at once: the padding
+    never leaves the device, and every array is a contiguous view of that one copy, which writers take as it is.
+    Raises NonFiniteVectors where a vector is not finite in `dtype` (float16's range exceeded, or a broken model)."""
+    planes = outputs.hidden_states if layers == "all" else (select_layers(outputs, attention_mask, layers, mix),)
+    packed = torch.cat([plane[row, :words] for row, words in enumerate(lengths) for plane in planes]).to(dtype)
+    # The extremes are finite exactly when every value is (aminmax propagates NaN): one pass that reads the vectors,
+    # where `isfinite(packed).all()` also writes and reads a mask as large as them (25x slower here).
+    if packed.numel() and not bool(torch.stack(torch.aminmax(packed)).isfinite().all()):
+        raise NonFiniteVectors("non-finite vectors")
+    host = packed.cpu().numpy()
+    dim, ends = host.shape[-1], np.cumsum([len(planes) * words for words in lengths])
+    shapes = [(len(planes), words, dim) if layers == "all" else (words, dim) for words in lengths]
+    return [host[end - len(planes) * words : end].reshape(shape) for end, words, shape in zip(ends, lengths, shapes)]
 
 
 def mix_for(layers: str, mix_weights: Sequence[float] | None, gamma: float, num_layers: int):

@@ -26,10 +26,11 @@ from ..corpus.embed import (
     LAYER_CHOICES,
     MODEL_DTYPES,
     OUTPUT_DTYPES,
+    NonFiniteVectors,
     Sentence,
     length_grouped_batches,
     load_model,
-    select_layers,
+    sentence_vectors,
 )
 from ..packaged_elmo import resolve_model_name
 
@@ -128,17 +129,16 @@ class WordVectors:
                 lstm_state=lstm_state,
                 output_lstm_state=stateful,
             )
-            selected = select_layers(outputs, attention_mask, self.layers, self.mix).to(OUTPUT_DTYPES[self.dtype])
-            if not bool(torch.isfinite(selected).all()):
+            try:
+                arrays = sentence_vectors(
+                    outputs, attention_mask, [len(words) for words in sentences], self.layers, self.mix,
+                    OUTPUT_DTYPES[self.dtype],
+                )
+            except NonFiniteVectors:
                 hint = "; check the model"
                 if self.dtype == "float16":
                     hint = " beyond float16's range; use dtype='float32'"
-                raise ValueError(f"non-finite vectors for a sentence of this batch{hint}.")
-            selected = selected.cpu().numpy()
-        arrays = [
-            selected[row, :, : len(words)] if self.layers == "all" else selected[row, : len(words)]
-            for row, words in enumerate(sentences)
-        ]
+                raise ValueError(f"non-finite vectors for a sentence of this batch{hint}.") from None
         return arrays, outputs.lstm_state
 
     def sentences(
