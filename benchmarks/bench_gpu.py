@@ -28,6 +28,13 @@ What it prints:
   batch size: words/s, "of matmul" (3x forward FLOPs), and the ratio to cuDNN; before timing, the dispatched step's
   loss and every gradient against the reference step's on the same batch (max abs difference relative to the
   largest value);
+- `elmo-hf embed` (`embed_corpus`, its defaults: all layers as float32 vectors, through part files and a merge) over
+  `--embed-sentences` synthetic lines at `--embed-batch-size`, the model loaded from a saved folder in float32 and in
+  bfloat16 (issue 25's goal 3): words/s of the run (first line read to last part written) and of the whole call, the
+  seconds loading the weights took, the seconds before the first batch reached the model (counting lines, the
+  model's fingerprint, reading and encoding the first batch) and the first batch's own (compiling and capturing
+  included); then the same with `bench_embed.py`'s stand-in, a model that costs nothing: the command's ceiling on
+  this machine's host side;
 - exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
   dispatched, float32 through the reference modules, and bfloat16; the graphed and the fused Triton recurrence
@@ -42,6 +49,7 @@ import copy
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import transformers  # noqa: E402
+from bench_embed import StandIn  # noqa: E402
 from bench_inference import flops_per_word, recurrent_bytes_per_step, synthetic_corpus  # noqa: E402
 from bench_training import TorchLstmBiLm, forward_flops, sentences  # noqa: E402
 
@@ -62,6 +71,7 @@ from elmo_hf.kernels_elmo import (  # noqa: E402
     TOKEN_LAYER_IMPLEMENTATIONS,
     Implementation,
 )
+from elmo_hf.corpus.embed import embed_corpus  # noqa: E402
 from elmo_hf.corpus.pretraining import PRESETS  # noqa: E402
 from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence  # noqa: E402
 
@@ -196,6 +206,61 @@ def inference_rows(args, device: torch.device, limits: dict) -> list[str]:
                 f"| {batch_size} | {name} | {words / seconds:,.0f} | {tflops:.2f} | {tflops / matmul:.1%} | "
                 f"{streamed / limits['bandwidth']:.1%} | {peak} |"
             )
+    return rows
+
+
+class FirstCall(nn.Module):
+    """`model` as `embed_corpus` sees it, with the times its first call started and finished (the GPU synchronised)."""
+
+    def __init__(self, model: nn.Module, device: torch.device):
+        super().__init__()
+        self.model, self.config, self.device = model, model.config, device
+        self.started: float | None = None
+        self.finished: float | None = None
+
+    def forward(self, **inputs):
+        self.started = self.started or time.perf_counter()
+        outputs = self.model(**inputs)
+        if self.finished is None:
+            synchronize(self.device)
+            self.finished = time.perf_counter()
+        return outputs
+
+
+def embed_rows(args, device: torch.device) -> list[str]:
+    """`embed_corpus` (what `elmo-hf embed` runs, its defaults: all layers, float32 vectors) over `--embed-sentences`
+    lines at `--embed-batch-size`, the model loaded from a saved folder in float32 and in bfloat16, then
+    `bench_embed.py`'s stand-in (a model that costs nothing: the command's ceiling on this host)."""
+    config = ElmoConfig(**PRESETS[args.architecture])
+    lines = [" ".join(words) for words in synthetic_corpus(args.embed_sentences, seed=1)]
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        folder, source, output = Path(scratch) / "model", Path(scratch) / "input.txt", Path(scratch) / "vectors.hdf5"
+        torch.manual_seed(0)
+        ElmoModel(config).save_pretrained(folder)
+        ElmoTokenizer().save_pretrained(folder)
+        source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        builds = {"elmo-hf float32": torch.float32, "elmo-hf bfloat16": torch.bfloat16, "stand-in": None}
+        for build, dtype in builds.items():
+            start = time.perf_counter()
+            if dtype is None:
+                model = StandIn(config)
+            else:
+                model = ElmoModel.from_pretrained(folder).to(device, dtype)
+            synchronize(device)
+            loading = time.perf_counter() - start
+            timed = FirstCall(model.eval(), device).eval()
+            start = time.perf_counter()
+            summary = embed_corpus(
+                source, output, model=(timed, ElmoTokenizer.from_pretrained(folder)),
+                batch_size=args.embed_batch_size, overwrite=True, progress=False,
+            )
+            whole = time.perf_counter() - start
+            rows.append(
+                f"| {build} | {summary.words / summary.seconds:,.0f} | {summary.words / whole:,.0f} | {loading:.1f} | "
+                f"{timed.started - start:.1f} | {timed.finished - timed.started:.1f} |"
+            )
+            del model, timed
     return rows
 
 
@@ -347,6 +412,8 @@ def main() -> int:
     parser.add_argument("--train-architectures", nargs="+", default=["ptb", "original"], choices=sorted(PRESETS))
     parser.add_argument("--train-batch-sizes", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--train-steps", type=int, default=5, help="timed training steps per build (median)")
+    parser.add_argument("--embed-sentences", type=int, default=4096, help="lines of the embed rows")
+    parser.add_argument("--embed-batch-size", type=int, default=256)
     parser.add_argument("--matmul-size", type=int, default=8192)
     parser.add_argument("--bandwidth-mib", type=int, default=1024)
     args = parser.parse_args()
@@ -388,6 +455,12 @@ def main() -> int:
     print("| architecture | batch | build | words/s | TFLOP/s | of matmul | speed vs cuDNN |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(training_rows(args, device, limits)))
+
+    print(f"\nelmo-hf embed (embed_corpus), {args.architecture}, {args.embed_sentences} lines, batch "
+          f"{args.embed_batch_size}, all layers as float32 vectors")
+    print("| build | run words/s | whole call words/s | loading s | before the first batch s | first batch s |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(embed_rows(args, device)))
 
     config = ElmoConfig(**PRESETS[args.architecture])
     print("\nmax abs difference from float64 per layer (relative to the layer's largest value), default settings")

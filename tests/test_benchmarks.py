@@ -112,7 +112,8 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1].startswith("error: no CUDA GPU here")
     assert "Traceback" not in refused.stderr
     smoke = "--device cpu --architecture small --sentences 6 --batch-sizes 2 --repeats 1 --train-architectures ptb "
-    smoke += "--train-batch-sizes 2 --train-steps 1 --matmul-size 128 --bandwidth-mib 8"
+    smoke += "--train-batch-sizes 2 --train-steps 1 --matmul-size 128 --bandwidth-mib 8 --embed-sentences 5 "
+    smoke += "--embed-batch-size 2"
     result = subprocess.run([*script, *smoke.split()], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line]
@@ -122,6 +123,10 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     assert [row[2].strip() for row in rows if row[0].strip() == "ptb"] == [
         "elmo-hf", "elmo-hf reference", "cuDNN nn.LSTM"
     ]
+    embed_builds = ["elmo-hf float32", "elmo-hf bfloat16", "stand-in"]
+    embed = [[cell.strip() for cell in row] for row in rows if row[0].strip() in embed_builds]
+    assert [row[0] for row in embed] == embed_builds
+    assert all(float(row[1].replace(",", "")) > 0 and float(row[4]) >= 0 for row in embed)
     assert "dispatcher, float32 training: recurrence training" in result.stdout  # on a CPU, the CPU's kernel
     check = next(line for line in result.stdout.splitlines() if "dispatched step against the reference" in line)
     assert float(check.split("gradients within ")[1].split()[0]) <= 1e-5
