@@ -3,6 +3,7 @@ architecture built from cuDNN LSTMs, and float32's distance from float64 with to
 
     python benchmarks/bench_gpu.py                      # everything below, on the first CUDA device
     python benchmarks/bench_gpu.py --sentences 512 --train-steps 2      # shorter
+    python benchmarks/bench_gpu.py --sections inference                 # one part (others: training embed exactness)
 
 Runs with the wheels a GPU machine has (torch 2.11 and transformers 5.17 were seen; Triton if present), offline.
 On a machine without CUDA it stops with one `error:` line (`--device cpu` runs the same code on a CPU, for the
@@ -51,6 +52,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -76,6 +78,7 @@ from elmo_hf.corpus.pretraining import PRESETS  # noqa: E402
 from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+SECTIONS = ("inference", "training", "embed", "exactness")  # exactness: against float64, and the Triton recurrences
 VOCABULARY_SIZE = 10_002
 
 
@@ -168,7 +171,7 @@ def without_graphs(active: bool):
         RECURRENCE_IMPLEMENTATIONS["cuda graphs"] = entry
 
 
-def inference_rows(args, device: torch.device, limits: dict) -> list[str]:
+def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
     """One table row per build and batch size; also the peak memory of each."""
     config = ElmoConfig(**PRESETS[args.architecture])
     corpus = synthetic_corpus(args.sentences)
@@ -181,7 +184,6 @@ def inference_rows(args, device: torch.device, limits: dict) -> list[str]:
         "elmo-hf bfloat16": ElmoModel(config).eval().to(device, torch.bfloat16),
         "cuDNN nn.LSTM float32": CudnnBiLm(config).eval().to(device),
     }
-    rows = []
     for batch_size in args.batch_sizes:
         batches = [corpus[start : start + batch_size] for start in range(0, len(corpus), batch_size)]
         steps = sum(max(map(len, batch)) + 2 for batch in batches)
@@ -202,11 +204,10 @@ def inference_rows(args, device: torch.device, limits: dict) -> list[str]:
             tflops = words / seconds * flops_per_word(config) / 1e12
             streamed = steps / seconds * recurrent_bytes_per_step(config, torch.finfo(dtype).bits // 8) / 1e9
             matmul = limits["bfloat16" if dtype == torch.bfloat16 else "float32"]
-            rows.append(
+            yield (
                 f"| {batch_size} | {name} | {words / seconds:,.0f} | {tflops:.2f} | {tflops / matmul:.1%} | "
                 f"{streamed / limits['bandwidth']:.1%} | {peak} |"
             )
-    return rows
 
 
 class FirstCall(nn.Module):
@@ -227,13 +228,12 @@ class FirstCall(nn.Module):
         return outputs
 
 
-def embed_rows(args, device: torch.device) -> list[str]:
+def embed_rows(args, device: torch.device) -> Iterator[str]:
     """`embed_corpus` (what `elmo-hf embed` runs, its defaults: all layers, float32 vectors) over `--embed-sentences`
     lines at `--embed-batch-size`, the model loaded from a saved folder in float32 and in bfloat16, then
     `bench_embed.py`'s stand-in (a model that costs nothing: the command's ceiling on this host)."""
     config = ElmoConfig(**PRESETS[args.architecture])
     lines = [" ".join(words) for words in synthetic_corpus(args.embed_sentences, seed=1)]
-    rows = []
     with tempfile.TemporaryDirectory() as scratch:
         folder, source, output = Path(scratch) / "model", Path(scratch) / "input.txt", Path(scratch) / "vectors.hdf5"
         torch.manual_seed(0)
@@ -256,19 +256,17 @@ def embed_rows(args, device: torch.device) -> list[str]:
                 batch_size=args.embed_batch_size, overwrite=True, progress=False,
             )
             whole = time.perf_counter() - start
-            rows.append(
+            yield (
                 f"| {build} | {summary.words / summary.seconds:,.0f} | {summary.words / whole:,.0f} | {loading:.1f} | "
                 f"{timed.started - start:.1f} | {timed.finished - timed.started:.1f} |"
             )
             del model, timed
-    return rows
 
 
-def training_rows(args, device: torch.device, limits: dict) -> list[str]:
+def training_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
     """One row per architecture and batch size: elmo-hf and the cuDNN build, steps interleaved."""
     from elmo_hf.corpus.data import DataCollatorForElmoPreTraining, ElmoWordVocabulary
 
-    rows = []
     for architecture in args.train_architectures:
         config = ElmoConfig(**PRESETS[architecture], word_vocab_size=VOCABULARY_SIZE, pretraining_dropout=0.0)
         for batch_size in args.train_batch_sizes:
@@ -310,11 +308,10 @@ def training_rows(args, device: torch.device, limits: dict) -> list[str]:
             medians = [statistics.median(build_times) for build_times in times]
             for (name, _, _), seconds in zip(builds, medians):
                 tflops = flops / seconds / 1e12
-                rows.append(
+                yield (
                     f"| {architecture} | {batch_size} | {name} | {words / seconds:,.0f} | {tflops:.2f} | "
                     f"{tflops / limits['float32']:.1%} | {medians[-1] / seconds:.2f}x |"
                 )
-    return rows
 
 
 def gradient_difference(model: nn.Module, reference: nn.Module, batch: dict) -> str:
@@ -335,7 +332,7 @@ def gradient_difference(model: nn.Module, reference: nn.Module, batch: dict) -> 
     return f"loss {float(loss):.6f} / {float(reference_loss):.6f}, gradients within {worst:.1e} (relative)"
 
 
-def kernel_rows(args, device: torch.device) -> list[str]:
+def kernel_rows(args, device: torch.device) -> Iterator[str]:
     """The graphed (CUDA only) and the fused Triton recurrence against the reference on this device: one LSTM
     direction of the architecture's sizes, random weights, 64 rows (4 on a CPU, in Triton's interpreter) of random
     lengths, both clips active, packed and padded; max abs difference of outputs and final states (the contract test
@@ -351,7 +348,6 @@ def kernel_rows(args, device: torch.device) -> list[str]:
         nn.Linear(config.projection_dim, 4 * config.lstm_dim),
         nn.Linear(config.lstm_dim, config.projection_dim, bias=False),
     )
-    rows = []
     for dtype in (torch.float32, torch.bfloat16, torch.float64):
         for packed in (True, False):
             batch = SequenceBatch(lengths.to(device), int(lengths.max()), packed)
@@ -372,11 +368,10 @@ def kernel_rows(args, device: torch.device) -> list[str]:
                         differences += [(value.double() - truth.double()).abs().max().item() for value, truth in pairs]
                     difference = max(differences)
                     layout = "packed" if packed else "padded"
-                    rows.append(f"| {name} | {str(dtype).removeprefix('torch.')} | {layout} | {difference:.1e} |")
-    return rows
+                    yield f"| {name} | {str(dtype).removeprefix('torch.')} | {layout} | {difference:.1e} |"
 
 
-def exactness_rows(args, device: torch.device) -> list[str]:
+def exactness_rows(args, device: torch.device) -> Iterator[str]:
     """Max abs difference of each layer from float64 (and its ratio to the layer's largest float64 value), with default
     settings: float32 as dispatched, float32 through the reference modules (`elmo_implementation="eager"`, whose
     convolutions follow torch's cuDNN TF32 flag), and bfloat16."""
@@ -389,7 +384,6 @@ def exactness_rows(args, device: torch.device) -> list[str]:
     bfloat16 = copy.deepcopy(model).to(torch.bfloat16)
     exact.config.elmo_implementation = eager.config.elmo_implementation = "eager"
     mask = inputs["attention_mask"].bool()
-    rows = []
     with torch.inference_mode():
         expected = exact(**inputs, output_hidden_states=True).hidden_states
         for name, build in (("float32", model), ("float32 eager", eager), ("bfloat16", bfloat16)):
@@ -398,8 +392,7 @@ def exactness_rows(args, device: torch.device) -> list[str]:
             for layer, truth in zip(layers, expected):
                 difference = (layer.double() - truth)[mask].abs().max().item()
                 cells.append(f"{difference:.1e} ({difference / truth[mask].abs().max().item():.1e})")
-            rows.append(f"| {name} | {' | '.join(cells)} |")
-    return rows
+            yield f"| {name} | {' | '.join(cells)} |"
 
 
 def main() -> int:
@@ -414,9 +407,14 @@ def main() -> int:
     parser.add_argument("--train-steps", type=int, default=5, help="timed training steps per build (median)")
     parser.add_argument("--embed-sentences", type=int, default=4096, help="lines of the embed rows")
     parser.add_argument("--embed-batch-size", type=int, default=256)
+    parser.add_argument(
+        "--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+        help="what to measure after the limits (default: all; a subset splits a run over calls of a time limit)",
+    )
     parser.add_argument("--matmul-size", type=int, default=8192)
     parser.add_argument("--bandwidth-mib", type=int, default=1024)
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # each row as it is measured, also when a time limit stops the run
     device = torch.device(args.device)
     if device.type == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # the Triton kernels on CPU tensors, read as they are first made
@@ -446,34 +444,43 @@ def main() -> int:
     print(f"limits: matmul {limits['float32']:.1f} TFLOP/s float32, {limits['bfloat16']:.1f} TFLOP/s bfloat16; "
           f"bandwidth {limits['bandwidth']:,.0f} GB/s")
 
-    print(f"\ninference, {args.architecture}, {args.sentences} sentences in corpus order, tokenization included")
-    print("| batch | build | words/s | TFLOP/s | of matmul | of BW | peak GiB |")
-    print("|---|---|---|---|---|---|---|")
-    print("\n".join(inference_rows(args, device, limits)))
+    if "inference" in args.sections:
+        print(f"\ninference, {args.architecture}, {args.sentences} sentences in corpus order, tokenization included")
+        print("| batch | build | words/s | TFLOP/s | of matmul | of BW | peak GiB |")
+        print("|---|---|---|---|---|---|---|")
+        for row in inference_rows(args, device, limits):
+            print(row)
 
-    print("\ntraining step (forward, backward, Adam), float32")
-    print("| architecture | batch | build | words/s | TFLOP/s | of matmul | speed vs cuDNN |")
-    print("|---|---|---|---|---|---|---|")
-    print("\n".join(training_rows(args, device, limits)))
+    if "training" in args.sections:
+        print("\ntraining step (forward, backward, Adam), float32")
+        print("| architecture | batch | build | words/s | TFLOP/s | of matmul | speed vs cuDNN |")
+        print("|---|---|---|---|---|---|---|")
+        for row in training_rows(args, device, limits):
+            print(row)
 
-    print(f"\nelmo-hf embed (embed_corpus), {args.architecture}, {args.embed_sentences} lines, batch "
-          f"{args.embed_batch_size}, all layers as float32 vectors")
-    print("| build | run words/s | whole call words/s | loading s | before the first batch s | first batch s |")
-    print("|---|---|---|---|---|---|")
-    print("\n".join(embed_rows(args, device)))
+    if "embed" in args.sections:
+        print(f"\nelmo-hf embed (embed_corpus), {args.architecture}, {args.embed_sentences} lines, batch "
+              f"{args.embed_batch_size}, all layers as float32 vectors")
+        print("| build | run words/s | whole call words/s | loading s | before the first batch s | first batch s |")
+        print("|---|---|---|---|---|---|")
+        for row in embed_rows(args, device):
+            print(row)
 
-    config = ElmoConfig(**PRESETS[args.architecture])
-    print("\nmax abs difference from float64 per layer (relative to the layer's largest value), default settings")
-    print("| dtype | " + " | ".join(f"layer {i}" for i in range(config.num_layers + 1)) + " |")
-    print("|---|" + "---|" * (config.num_layers + 1))
-    print("\n".join(exactness_rows(args, device)))
-    print("\nthe Triton recurrences against the reference (max abs difference of outputs and final states)")
-    if triton_available():
-        print("| implementation | dtype | batch | difference |")
-        print("|---|---|---|---|")
-        print("\n".join(kernel_rows(args, device)))
-    else:
-        print("Triton is not installed: not checked")
+    if "exactness" in args.sections:
+        config = ElmoConfig(**PRESETS[args.architecture])
+        print("\nmax abs difference from float64 per layer (relative to the layer's largest value), default settings")
+        print("| dtype | " + " | ".join(f"layer {i}" for i in range(config.num_layers + 1)) + " |")
+        print("|---|" + "---|" * (config.num_layers + 1))
+        for row in exactness_rows(args, device):
+            print(row)
+        print("\nthe Triton recurrences against the reference (max abs difference of outputs and final states)")
+        if triton_available():
+            print("| implementation | dtype | batch | difference |")
+            print("|---|---|---|---|")
+            for row in kernel_rows(args, device):
+                print(row)
+        else:
+            print("Triton is not installed: not checked")
     print(f"\nglobal flags unchanged by the run: {'yes' if global_flags() == flags else f'no: {global_flags()}'}")
     return 0
 

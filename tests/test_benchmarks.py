@@ -124,6 +124,10 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
         "elmo-hf", "elmo-hf reference", "cuDNN nn.LSTM"
     ]
     embed_builds = ["elmo-hf float32", "elmo-hf bfloat16", "stand-in"]
+    sections = [*script, *smoke.split(), "--sections", "embed"]
+    only = subprocess.run(sections, capture_output=True, text=True, timeout=600)
+    assert only.returncode == 0 and "elmo-hf embed (embed_corpus)" in only.stdout
+    assert "inference," not in only.stdout and "training step" not in only.stdout and "max abs" not in only.stdout
     embed = [[cell.strip() for cell in row] for row in rows if row[0].strip() in embed_builds]
     assert [row[0] for row in embed] == embed_builds
     assert all(float(row[1].replace(",", "")) > 0 and float(row[4]) >= 0 for row in embed)
