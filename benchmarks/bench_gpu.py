@@ -78,7 +78,8 @@ from elmo_hf.corpus.pretraining import PRESETS  # noqa: E402
 from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-SECTIONS = ("inference", "training", "embed", "exactness")  # exactness: against float64, and the Triton recurrences
+# exactness: against float64, and the Triton recurrences; profile: kernels launched and where the GPU's time goes
+SECTIONS = ("inference", "training", "embed", "exactness", "profile")
 VOCABULARY_SIZE = 10_002
 
 
@@ -395,6 +396,54 @@ def exactness_rows(args, device: torch.device) -> Iterator[str]:
             yield f"| {name} | {' | '.join(cells)} |"
 
 
+def profile_rows(args, device: torch.device) -> Iterator[str]:
+    """Where the time of one call goes, by torch's profiler (after a warm-up call): an inference batch of
+    `--profile-batch-size` sentences (tokenized beforehand) in float32 and bfloat16, and a training step (forward,
+    backward) of `--train-architectures[-1]` at `--train-batch-sizes[-1]`: the wall time, the kernels launched, the
+    GPU's busy time (the sum of its kernels' times), and the kernels taking the most of it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from elmo_hf.corpus.data import DataCollatorForElmoPreTraining, ElmoWordVocabulary
+
+    config = ElmoConfig(**PRESETS[args.architecture])
+    batch = synthetic_corpus(args.profile_batch_size)
+    inputs = ElmoTokenizer()(batch, is_split_into_words=True, padding=True, return_tensors="pt").to(device)
+    torch.manual_seed(0)
+    calls = {}
+    for dtype in DTYPES.values():
+        model = ElmoModel(config).eval().to(device, dtype)
+        calls[f"inference {str(dtype).removeprefix('torch.')}, batch {args.profile_batch_size}"] = (
+            lambda model=model: model(**inputs), True
+        )
+    architecture, batch_size = args.train_architectures[-1], args.train_batch_sizes[-1]
+    training_config = ElmoConfig(**PRESETS[architecture], word_vocab_size=VOCABULARY_SIZE, pretraining_dropout=0.0)
+    text = sentences(batch_size)
+    vocabulary = ElmoWordVocabulary(["</S>", "<S>", "<UNK>", *dict.fromkeys(w for row in text for w in row)])
+    collated = DataCollatorForElmoPreTraining(vocabulary)([{"words": row} for row in text])
+    collated = {key: value.to(device) for key, value in collated.items()}
+    trained = ElmoForPreTraining(training_config).train().to(device)
+    calls[f"training {architecture}, batch {batch_size}"] = (lambda: trained(**collated).loss.backward(), False)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    for name, (call, inference) in calls.items():
+        with torch.inference_mode(inference):
+            call()
+            synchronize(device)
+            start = time.perf_counter()
+            with profile(activities=activities) as profiler:
+                call()
+                synchronize(device)
+            wall = time.perf_counter() - start
+        kernels = [event for event in profiler.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+        busy = sum(event.device_time for event in kernels) / 1e3
+        by_name: dict[str, list[float]] = {}
+        for event in kernels:
+            by_name.setdefault(event.name, []).append(event.device_time / 1e3)
+        top = sorted(by_name.items(), key=lambda item: -sum(item[1]))[: args.profile_top]
+        yield f"{name}: {wall * 1e3:.1f} ms wall (profiled), {len(kernels)} kernels, GPU busy {busy:.1f} ms"
+        for kernel, times in top:
+            yield f"    {sum(times):8.2f} ms {len(times):6d}x  {kernel[:110]}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run of the code only)")
@@ -411,6 +460,8 @@ def main() -> int:
         "--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
         help="what to measure after the limits (default: all; a subset splits a run over calls of a time limit)",
     )
+    parser.add_argument("--profile-batch-size", type=int, default=256, help="inference batch of the profile section")
+    parser.add_argument("--profile-top", type=int, default=8, help="kernels listed per profiled call")
     parser.add_argument("--matmul-size", type=int, default=8192)
     parser.add_argument("--bandwidth-mib", type=int, default=1024)
     args = parser.parse_args()
@@ -481,6 +532,10 @@ def main() -> int:
                 print(row)
         else:
             print("Triton is not installed: not checked")
+    if "profile" in args.sections:
+        print("\nprofile: one call each, after a warm-up (kernel time summed by kernel name)")
+        for row in profile_rows(args, device):
+            print(row)
     print(f"\nglobal flags unchanged by the run: {'yes' if global_flags() == flags else f'no: {global_flags()}'}")
     return 0
 
