@@ -20,7 +20,8 @@ What it prints:
   timed with the model): words/s for elmo-hf float32 and bfloat16 and the cuDNN build (float32: the same character
   CNN, one `nn.LSTM(proj_size)` per layer and direction, no clipping), at each batch size; "of matmul" = useful
   FLOP/s over the matrix-product limit of the row's dtype; "of BW" = the recurrent and projection weights each time
-  step reads, per second, over the bandwidth; peak GPU memory; elmo-hf float32 also without its CUDA graphs (the
+  step reads, per second, over the bandwidth; peak GPU memory of the build (its weights and the peak its calls add,
+  the CUDA graphs' buffers included: each row starts without graphs, captured again in its untimed pass); elmo-hf float32 also without its CUDA graphs (the
   dispatcher's next entry, the fused recurrence launching its kernels step by step), to show what the graphs gain at
   each batch size;
 - training, `ElmoForPreTraining` forward, backward and Adam step as dispatched (the training kernel with Triton
@@ -47,7 +48,10 @@ What it prints:
 import argparse
 import contextlib
 import copy
+import cProfile
+import io
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -67,7 +71,7 @@ from bench_inference import flops_per_word, recurrent_bytes_per_step, synthetic_
 from bench_training import TorchLstmBiLm, forward_flops, sentences  # noqa: E402
 
 from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer  # noqa: E402
-from elmo_hf.gpu_kernels import triton_available  # noqa: E402
+from elmo_hf.gpu_kernels import RecurrenceGraphs, triton_available  # noqa: E402
 from elmo_hf.kernels_elmo import (  # noqa: E402
     RECURRENCE_IMPLEMENTATIONS,
     TOKEN_LAYER_IMPLEMENTATIONS,
@@ -197,11 +201,16 @@ def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
                     inputs = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
                     model(input_ids=inputs["input_ids"].to(device), attention_mask=inputs["attention_mask"].to(device))
 
-            if device.type == "cuda":
+            peak = "n/a"
+            if device.type == "cuda":  # this build's own: its weights, and what its calls allocate (graphs included)
+                RecurrenceGraphs.clear()
+                before = torch.cuda.memory_allocated(device)
                 torch.cuda.reset_peak_memory_stats(device)
             with torch.inference_mode(), without_graphs("without graphs" in name):
                 seconds = seconds_of(run, device, repeats=args.repeats)
-            peak = f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f}" if device.type == "cuda" else "n/a"
+            if device.type == "cuda":
+                weights = sum(p.numel() * p.element_size() for p in model.parameters())
+                peak = f"{(torch.cuda.max_memory_allocated(device) - before + weights) / 2**30:.2f}"
             tflops = words / seconds * flops_per_word(config) / 1e12
             streamed = steps / seconds * recurrent_bytes_per_step(config, torch.finfo(dtype).bits // 8) / 1e9
             matmul = limits["bfloat16" if dtype == torch.bfloat16 else "float32"]
@@ -282,8 +291,11 @@ def training_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
             reference.config.elmo_implementation = "eager"
             stock = TorchLstmBiLm(config).train().to(device)
             on_device = {key: value.to(device) for key, value in batch.items()}
-            print(f"{architecture}, batch {batch_size}: dispatched step against the reference step, "
-                  f"{gradient_difference(elmo, reference, on_device)}")
+            exact = copy.deepcopy(reference).double()
+            for name, build in (("dispatched", elmo), ("reference", reference)):
+                print(f"{architecture}, batch {batch_size}: {name} step against float64, "
+                      f"{gradient_difference(build, exact, on_device)}")
+            del exact
 
             def stock_loss():
                 with device:  # its forward makes index tensors without naming a device: on the GPU here
@@ -316,14 +328,16 @@ def training_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
 
 
 def gradient_difference(model: nn.Module, reference: nn.Module, batch: dict) -> str:
-    """One step's loss and every parameter's gradient by `model` against `reference` (same weights, same batch):
-    the max abs differences relative to the reference's largest value."""
+    """One step's loss and every parameter's gradient by `model` against `reference` (same weights, same batch; the
+    float64 build of the reference modules in the training rows): the max abs differences relative to the reference's
+    largest value."""
     values = []
     for build in (model, reference):
         build.zero_grad()
         loss = build(**batch).loss
         loss.backward()
-        values.append((loss.detach(), {name: parameter.grad.clone() for name, parameter in build.named_parameters()}))
+        gradients = {name: parameter.grad.double() for name, parameter in build.named_parameters()}
+        values.append((loss.detach().double(), gradients))
         build.zero_grad()
     (loss, gradients), (reference_loss, reference_gradients) = values
     worst = max(
@@ -400,7 +414,8 @@ def profile_rows(args, device: torch.device) -> Iterator[str]:
     """Where the time of one call goes, by torch's profiler (after a warm-up call): an inference batch of
     `--profile-batch-size` sentences (tokenized beforehand) in float32 and bfloat16, and a training step (forward,
     backward) of `--train-architectures[-1]` at `--train-batch-sizes[-1]`: the wall time, the kernels launched, the
-    GPU's busy time (the sum of its kernels' times), and the kernels taking the most of it."""
+    GPU's busy time (the sum of its kernels' times), and the kernels taking the most of it; then the host's side of
+    another call (cProfile: the Python functions taking the most time of their own)."""
     from torch.profiler import ProfilerActivity, profile
 
     from elmo_hf.corpus.data import DataCollatorForElmoPreTraining, ElmoWordVocabulary
@@ -442,6 +457,17 @@ def profile_rows(args, device: torch.device) -> Iterator[str]:
         yield f"{name}: {wall * 1e3:.1f} ms wall (profiled), {len(kernels)} kernels, GPU busy {busy:.1f} ms"
         for kernel, times in top:
             yield f"    {sum(times):8.2f} ms {len(times):6d}x  {kernel[:110]}"
+        host = cProfile.Profile()
+        with torch.inference_mode(inference):
+            start = time.perf_counter()
+            host.runcall(call)
+            synchronize(device)
+            wall = time.perf_counter() - start
+        report = io.StringIO()
+        pstats.Stats(host, stream=report).sort_stats("tottime").print_stats(args.profile_top)
+        lines = [line for line in report.getvalue().splitlines() if line.strip()]
+        yield f"  host (cProfile, {wall * 1e3:.1f} ms wall), functions by own time:"
+        yield from (f"    {line[:150]}" for line in lines[-args.profile_top - 1 :])
 
 
 def main() -> int:

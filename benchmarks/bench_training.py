@@ -56,7 +56,9 @@ class TorchLstmBiLm(nn.Module):
     def _direction(self, tokens: torch.Tensor, lengths: torch.Tensor, first: int) -> torch.Tensor:
         hidden = tokens
         for layer in range(self.config.num_layers):
-            packed = nn.utils.rnn.pack_padded_sequence(hidden, lengths, batch_first=True, enforce_sorted=False)
+            packed = nn.utils.rnn.pack_padded_sequence(
+                hidden, lengths.cpu(), batch_first=True, enforce_sorted=False  # lengths on the CPU, as it asks
+            )
             output, _ = self.lstms[first + 2 * layer](packed)
             output, _ = nn.utils.rnn.pad_packed_sequence(output, batch_first=True, total_length=hidden.shape[1])
             hidden = output + hidden if layer > 0 and self.config.use_skip_connections else output

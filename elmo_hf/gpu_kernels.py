@@ -22,10 +22,11 @@
   up to the order of float additions. Triton is optional: it is imported on first use, so the model imports and runs
   (the reference) where it is absent, remote code included.
 - `graphed_recurrence`: the fused recurrence replayed from CUDA graphs. A call of the fused recurrence launches four
-  kernels a step from Python, which at small batches costs more than the kernels themselves; here the batch is padded
-  to a multiple of `GRAPH_STEP_MULTIPLE` steps (the mask keeps a finished row's state, as in the padded layout) and the
-  whole recurrence of a kind of call (weights, batch size, steps, clips) is captured once into a graph, then replayed:
-  one graph launch (and a few copies in and out) a call. Graphs share one set of static buffers and one memory pool per
+  kernels a step from Python, which at small batches costs more than the kernels themselves; here the batch runs in
+  blocks of `GATE_BLOCK_STEPS` steps, each on the rows running at its first step (rounded up by `graph_rows`; the mask
+  keeps a finished row's state, as in the padded layout), and each run of blocks on the same rows (weights, rows,
+  place, clips) is captured once into a graph, then replayed: a few graph launches (and a few copies in and out) a
+  call, and about the work of a packed batch, not of every row at every step. Graphs share one set of static buffers and one memory pool per
   device (`RecurrenceGraphs`), so their memory is that of the largest call, not of every kind. A call made while the
   user captures a graph of their own takes the fused recurrence.
 - `fused_training_recurrence`: the training kernel (`training_kernels.LstmWithProjectionFunction`: one autograd node
@@ -66,12 +67,11 @@ from .training_kernels import TRAINING_KERNEL_DTYPES, ForwardRecord, TrainingSte
 
 FUSED_RECURRENCE_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 BLOCK = 1024  # elements of one program of the elementwise kernels
-# Steps of a padded batch whose input-to-gate products are one product (`fused_padded_steps`).
+# Steps of a padded batch whose input-to-gate products are one product (`fused_padded_steps`); `graphed_recurrence`
+# runs a batch in blocks of as many steps, each on the rows still running at its first step.
 GATE_BLOCK_STEPS = 8
-# `graphed_recurrence` captures a graph per number of steps rounded up to a multiple of this, and keeps at most
-# `GRAPH_CACHE_SIZE` graphs (the least recently replayed dropped first).
-GRAPH_STEP_MULTIPLE = 8
-GRAPH_CACHE_SIZE = 256
+# `graphed_recurrence` keeps at most this many graphs (the least recently replayed dropped first).
+GRAPH_CACHE_SIZE = 1024
 
 
 @functools.cache
@@ -304,69 +304,113 @@ class RecurrenceGraphs:
             cls.last_call.clear()
 
 
+def graph_rows(rows: int) -> int:
+    """The rows a graph of `graphed_recurrence` computes for a block whose first step runs `rows` rows: all of them up
+    to 8, else rounded up to a multiple of 8 (up to 64) or of 32, so that blocks of other batches take the same graph
+    while the rows computed beyond the running ones stay under 8 or 32."""
+    if rows <= 8:
+        return rows
+    multiple = 8 if rows <= 64 else 32
+    return math.ceil(rows / multiple) * multiple
+
+
 def graph_key(
-    inputs: torch.Tensor, steps: int, batch_size: int, linears: LstmLinears, cell_clip: float | None,
-    projection_clip: float | None,
+    inputs: torch.Tensor, capacity: int, first_block: int, blocks: int, rows: int, linears: LstmLinears,
+    cell_clip: float | None, projection_clip: float | None,
 ) -> tuple:
-    """What a graph of `graphed_recurrence` depends on: device and dtype first (`RecurrenceGraphs.static`), the
-    padded shape, the clips, and where and how each weight lies in memory (a graph reads the weights at the addresses
-    it was captured with, so it computes with their current values; a weight replaced or moved is another key)."""
+    """What a graph of `graphed_recurrence` depends on: device and dtype first (`RecurrenceGraphs.static`), where its
+    blocks lie in the static buffers (their row capacity, the first block and how many) and the rows it computes, the
+    clips, and where and how each weight lies in memory (a graph reads the weights at the addresses it was captured
+    with, so it computes with their current values; a weight replaced or moved is another key)."""
     weights = tuple(
         None if linear is None else tuple((p.data_ptr(), p.shape, p.stride()) for p in linear.parameters())
         for linear in linears
     )
-    return inputs.device, inputs.dtype, steps, batch_size, inputs.shape[-1], cell_clip, projection_clip, weights
+    where = (capacity, first_block, blocks, rows, inputs.shape[-1])
+    return inputs.device, inputs.dtype, *where, cell_clip, projection_clip, weights
+
+
+def block_runs(block_rows: list[int]) -> list[tuple[int, int, int]]:
+    """Consecutive blocks computing the same rows, as `(first_block, blocks, rows)`: one graph each."""
+    runs: list[tuple[int, int, int]] = []
+    for block, rows in enumerate(block_rows):
+        if runs and runs[-1][2] == rows:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1, rows)
+        else:
+            runs.append((block, 1, rows))
+    return runs
 
 
 def graphed_recurrence(
     inputs: torch.Tensor, batch: SequenceBatch, initial_state: LstmState, linears: LstmLinears,
     cell_clip: float | None, projection_clip: float | None,
 ) -> tuple[torch.Tensor, LstmState]:
-    """`reference_elmo.lstm_recurrence` (same arguments and results): the fused recurrence over the batch padded to
-    a multiple of `GRAPH_STEP_MULTIPLE` steps (`fused_padded_steps`), replayed from a CUDA graph captured on the
-    first call of its kind (`RecurrenceGraphs`), so a call launches one graph (and a few copies) instead of four
-    kernels a step, and pays no Python per step. A packed batch is scattered into the padded layout (rows in running
-    order) and its outputs gathered back."""
+    """`reference_elmo.lstm_recurrence` (same arguments and results): the fused recurrence in blocks of
+    `GATE_BLOCK_STEPS` steps, each block on the rows running at its first step (`graph_rows` of them; a padded batch:
+    every row) with the mask keeping a finished row's state, replayed from CUDA graphs (`RecurrenceGraphs`), one per
+    run of blocks computing the same rows, captured on the first call of its kind. So a call launches a few graphs
+    (and a few copies) instead of four kernels a step and pays no Python per step, while a batch of sentences of
+    mixed lengths computes about the rows a packed batch does, not all its rows at every step.
+
+    Layout: block `b` of the static buffers holds `GATE_BLOCK_STEPS` steps of `capacity` rows (`graph_rows` of the
+    batch size), of which its graph uses the first `rows` of each step, contiguous; a token `(t, j)` (step `t`, row
+    `j` in running order) lies at row `j` of step `t % GATE_BLOCK_STEPS` of block `t // GATE_BLOCK_STEPS`."""
     batch_size, (hidden, cell) = batch.batch_size, initial_state
-    steps = math.ceil(batch.steps / GRAPH_STEP_MULTIPLE) * GRAPH_STEP_MULTIPLE
+    width, projection_dim = inputs.shape[-1], hidden.shape[1]
+    blocks, capacity = math.ceil(batch.steps / GATE_BLOCK_STEPS), graph_rows(batch_size)
     if batch.packed:
-        running = torch.arange(batch_size) < torch.tensor(batch.batch_sizes, dtype=torch.long).unsqueeze(1)
-        positions = running.flatten().nonzero().squeeze(1).to(inputs.device, non_blocking=True)
+        running_rows = torch.tensor(batch.batch_sizes, dtype=torch.long)
+        running = torch.ones(int(running_rows.sum()), dtype=torch.int8)
     else:
-        running = batch.mask.squeeze(-1)
+        running_rows = torch.full((batch.steps,), batch_size, dtype=torch.long)
+        running = batch.mask.reshape(-1).to(torch.int8)
+    block_rows = [graph_rows(int(running_rows[block * GATE_BLOCK_STEPS])) for block in range(blocks)]
+    # Each token's row in the static buffers, in the order of `inputs` (packed: step by step; padded: steps x rows).
+    token_steps = torch.repeat_interleave(torch.arange(batch.steps), running_rows)
+    rows_of_step = torch.tensor(block_rows, dtype=torch.long).repeat_interleave(GATE_BLOCK_STEPS)[token_steps]
+    row_in_step = torch.arange(len(token_steps)) - (running_rows.cumsum(0) - running_rows)[token_steps]
+    block, step_in_block = token_steps // GATE_BLOCK_STEPS, token_steps % GATE_BLOCK_STEPS
+    places = block * GATE_BLOCK_STEPS * capacity + step_in_block * rows_of_step + row_in_step
+    places = places.to(inputs.device, non_blocking=True)
     shapes = dict(
-        inputs=(steps, batch_size, inputs.shape[-1]), running=(steps, batch_size), hidden=tuple(hidden.shape),
-        cell=tuple(cell.shape), outputs=(steps, batch_size, hidden.shape[1]),
+        inputs=(blocks, GATE_BLOCK_STEPS * capacity, width), running=(blocks, GATE_BLOCK_STEPS * capacity),
+        hidden=(capacity, projection_dim), cell=(capacity, cell.shape[1]),
+        outputs=(blocks, GATE_BLOCK_STEPS * capacity, projection_dim),
     )  # fmt: skip
-    key = graph_key(inputs, steps, batch_size, linears, cell_clip, projection_clip)
     device_graphs = RecurrenceGraphs.device_graphs
     with RecurrenceGraphs.lock:
         static = RecurrenceGraphs.static(inputs.device, inputs.dtype, shapes)
         event = device_graphs.after(RecurrenceGraphs.last_call.get(inputs.device), inputs.device)
 
-        def body() -> None:
-            fused_padded_steps(
-                static["inputs"], static["running"], static["hidden"], static["cell"], static["outputs"], linears,
-                cell_clip, projection_clip,
-            )  # fmt: skip
+        def body(first_block: int, count: int, rows: int) -> None:
+            for block in range(first_block, first_block + count):
+                steps = GATE_BLOCK_STEPS * rows
+                fused_padded_steps(
+                    static["inputs"][block, :steps].view(GATE_BLOCK_STEPS, rows, width),
+                    static["running"][block, :steps].view(GATE_BLOCK_STEPS, rows), static["hidden"][:rows],
+                    static["cell"][:rows], static["outputs"][block, :steps].view(GATE_BLOCK_STEPS, rows, -1),
+                    linears, cell_clip, projection_clip,
+                )  # fmt: skip
 
-        replay = RecurrenceGraphs.graph(key, body, inputs.device)
-        static["inputs"].zero_()
-        if batch.packed:
-            static["inputs"].view(-1, inputs.shape[-1]).index_copy_(0, positions, inputs)
-        else:
-            static["inputs"][: batch.steps].copy_(inputs)
+        # Every graph of the call first (a capture's warm-up run writes the static buffers), then the call's data.
+        replays = [
+            RecurrenceGraphs.graph(
+                graph_key(inputs, capacity, *run, linears, cell_clip, projection_clip),
+                functools.partial(body, *run), inputs.device,
+            )
+            for run in block_runs(block_rows)
+        ]
+        static["inputs"].view(-1, width).index_copy_(0, places, inputs.reshape(-1, width))
         static["running"].zero_()
-        static["running"][: batch.steps].copy_(running)
-        static["hidden"].copy_(hidden)
-        static["cell"].copy_(cell)
-        replay()
-        outputs = static["outputs"]
-        if batch.packed:
-            outputs = outputs.view(-1, outputs.shape[-1]).index_select(0, positions)
-        else:
-            outputs = outputs[: batch.steps].clone()
-        final_state = static["hidden"].clone(), static["cell"].clone()
+        static["running"].view(-1).index_copy_(0, places, running.to(inputs.device, non_blocking=True))
+        static["hidden"][:batch_size].copy_(hidden)
+        static["cell"][:batch_size].copy_(cell)
+        for replay in replays:
+            replay()
+        outputs = static["outputs"].view(-1, projection_dim).index_select(0, places)
+        if not batch.packed:
+            outputs = outputs.view(batch.steps, batch_size, projection_dim)
+        final_state = static["hidden"][:batch_size].clone(), static["cell"][:batch_size].clone()
         device_graphs.end(event, inputs.device)
         RecurrenceGraphs.last_call[inputs.device] = event
     return outputs, final_state

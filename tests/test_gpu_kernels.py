@@ -69,20 +69,21 @@ def graphed_like_the_reference(linears: LstmLinears, lengths: list[int], packed:
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
 def test_a_graph_is_captured_once_per_kind_of_call_and_computes_with_the_current_weights(packed):
-    """One graph per batch size, steps rounded up to 8 and weights' place in memory: a second call of the same kind
-    replays it (with weights changed in place in between, their new values), a larger call grows the shared buffers
-    and drops the graphs made on the smaller ones, a replaced weight or another batch size is another graph. Buffers
-    made under `inference_mode` serve later calls made outside it."""
+    """One graph per run of blocks of 8 steps on the same rows, their place in the buffers and the weights' place in
+    memory: a second call of the same kind replays it (with weights changed in place in between, their new values), a
+    longer call grows the shared buffers and drops the graphs made on the smaller ones, a replaced weight or another
+    batch size is another graph. Buffers made under `inference_mode` serve later calls made outside it."""
     linears = random_linears(torch.float64)
     with torch.inference_mode():
-        graphed_like_the_reference(linears, [6, 3, 0, 5], packed)  # 6 steps: a graph of 8
+        graphed_like_the_reference(linears, [6, 3, 2, 5], packed)  # one block of 4 rows
     with torch.no_grad():
         graphed_like_the_reference(linears, [7, 7, 1, 2], packed)
         assert len(EagerGraphs.captures) == 1
-        graphed_like_the_reference(linears, [9, 2, 4, 1], packed)  # 16 steps: larger buffers, the 8-step graph dropped
-        assert len(EagerGraphs.captures) == 2 and len(RecurrenceGraphs.graphs) == 1
-        graphed_like_the_reference(linears, [3, 1, 2, 2], packed)  # 8 steps again, in the larger buffers
-        assert len(EagerGraphs.captures) == 3 and len(RecurrenceGraphs.graphs) == 2
+        # 2 blocks: larger buffers, the first graph dropped; packed, the second block runs 2 rows (another graph)
+        graphed_like_the_reference(linears, [9, 9, 4, 1], packed)
+        assert (len(EagerGraphs.captures), len(RecurrenceGraphs.graphs)) == ((3, 2) if packed else (2, 1))
+        graphed_like_the_reference(linears, [3, 1, 2, 2], packed)  # one block of 4 rows, in the larger buffers
+        assert (len(EagerGraphs.captures), len(RecurrenceGraphs.graphs)) == (3, 2)
         linears.hidden_to_gates.weight.mul_(0.5)
         linears.projection.weight.data.mul_(1.5)
         graphed_like_the_reference(linears, [4, 4, 4, 4], packed)
@@ -92,6 +93,19 @@ def test_a_graph_is_captured_once_per_kind_of_call_and_computes_with_the_current
         graphed_like_the_reference(linears, [4, 4, 4], packed)
         assert len(EagerGraphs.captures) == 5
     assert set(EagerGraphs.captures) == {("pool", CPU)}  # one memory pool for every graph of the device
+
+
+def test_each_block_of_a_packed_batch_computes_the_rows_running_at_its_first_step():
+    """A packed batch of one long and three short sentences: its first block computes 4 rows, the next two (one
+    graph) the one row still running; a padded batch computes every row in every block (one graph)."""
+    linears = random_linears(torch.float64)
+    for packed, runs in ((True, [(4, 0, 1, 4), (4, 1, 2, 1)]), (False, [(4, 0, 3, 4)])):
+        RecurrenceGraphs.clear()
+        with torch.no_grad():
+            graphed_like_the_reference(linears, [20, 3, 2, 1], packed)
+        assert sorted(key[2:6] for key in RecurrenceGraphs.graphs) == runs  # capacity, first block, blocks, rows
+    rows = {rows: gpu_kernels.graph_rows(rows) for rows in (1, 5, 8, 9, 16, 63, 64, 65, 96, 200, 256, 257)}
+    assert rows == {1: 1, 5: 5, 8: 8, 9: 16, 16: 16, 63: 64, 64: 64, 65: 96, 96: 96, 200: 224, 256: 256, 257: 288}
 
 
 def test_threads_calling_the_graphed_recurrence_at_once_each_get_their_own_results():
@@ -131,7 +145,7 @@ def test_the_least_recently_replayed_graph_is_dropped_beyond_the_cache_size(monk
         for lengths in ([2, 1, 1, 1], [2, 1, 1], [2, 1, 1, 1], [2, 1]):  # batch sizes 4, 3, 4 (replayed), 2
             graphed_like_the_reference(linears, lengths, packed=True)
     assert len(EagerGraphs.captures) == 3
-    assert [key[3] for key in RecurrenceGraphs.graphs] == [4, 2]  # the batch of 3 was the least recently replayed
+    assert [key[2] for key in RecurrenceGraphs.graphs] == [4, 2]  # the batch of 3 was the least recently replayed
 
 
 def flags() -> tuple:
