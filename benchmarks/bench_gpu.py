@@ -340,11 +340,11 @@ def gradient_difference(model: nn.Module, reference: nn.Module, batch: dict) -> 
         values.append((loss.detach().double(), gradients))
         build.zero_grad()
     (loss, gradients), (reference_loss, reference_gradients) = values
-    worst = max(
-        float((gradient - expected).abs().max() / expected.abs().max().clamp_min(1e-30))
-        for gradient, expected in ((gradients[name], reference_gradients[name]) for name in gradients)
+    worst, name = max(
+        (float((gradients[name] - expected).abs().max() / expected.abs().max().clamp_min(1e-30)), name)
+        for name, expected in reference_gradients.items()
     )
-    return f"loss {float(loss):.6f} / {float(reference_loss):.6f}, gradients within {worst:.1e} (relative)"
+    return f"loss {float(loss):.6f} / {float(reference_loss):.6f}, gradients within {worst:.1e} (relative; {name})"
 
 
 def kernel_rows(args, device: torch.device) -> Iterator[str]:
@@ -464,10 +464,12 @@ def profile_rows(args, device: torch.device) -> Iterator[str]:
             synchronize(device)
             wall = time.perf_counter() - start
         report = io.StringIO()
-        pstats.Stats(host, stream=report).sort_stats("tottime").print_stats(args.profile_top)
-        lines = [line for line in report.getvalue().splitlines() if line.strip()]
-        yield f"  host (cProfile, {wall * 1e3:.1f} ms wall), functions by own time:"
-        yield from (f"    {line[:150]}" for line in lines[-args.profile_top - 1 :])
+        for order in ("tottime", "cumulative"):
+            report = io.StringIO()
+            pstats.Stats(host, stream=report).sort_stats(order).print_stats(2 * args.profile_top)
+            lines = [line for line in report.getvalue().splitlines() if line.strip()]
+            yield f"  host (cProfile, {wall * 1e3:.1f} ms wall), functions by {order} time:"
+            yield from (f"    {line[:150]}" for line in lines[-2 * args.profile_top - 1 :])
 
 
 def main() -> int:

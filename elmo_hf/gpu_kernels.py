@@ -296,7 +296,8 @@ class RecurrenceGraphs:
 
     @classmethod
     def clear(cls) -> None:
-        """Drops every graph, buffer and pool (their memory returns to torch's allocator)."""
+        """Drops every graph, buffer, pool and kept layout (their memory returns to torch's allocator)."""
+        block_layout.cache_clear()
         with cls.lock:
             cls.graphs.clear()
             cls.buffers.clear()
@@ -341,6 +342,27 @@ def block_runs(block_rows: list[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
+@functools.lru_cache(maxsize=256)
+def block_layout(running_rows: tuple[int, ...], batch_size: int, device: torch.device) -> tuple:
+    """Where `graphed_recurrence` puts the tokens of a batch whose step `t` runs its first `running_rows[t]` rows:
+    the rows each block computes (`graph_rows` of the rows running at its first step), each token's row in the static
+    buffers (`(tokens,)` long, on `device`, in the order of the recurrence's inputs: step by step), and a running
+    flag of 1 for each. Kept for the last batches' shapes, so the four cells of a call (and batches of the same
+    shape) copy nothing from the host and wait for nothing."""
+    capacity, steps = graph_rows(batch_size), len(running_rows)
+    rows = torch.tensor(running_rows, dtype=torch.long)
+    block_rows = [graph_rows(int(rows[start])) for start in range(0, steps, GATE_BLOCK_STEPS)]
+    token_steps = torch.repeat_interleave(torch.arange(steps), rows)
+    rows_of_step = torch.tensor(block_rows, dtype=torch.long).repeat_interleave(GATE_BLOCK_STEPS)[token_steps]
+    row_in_step = torch.arange(len(token_steps)) - (rows.cumsum(0) - rows)[token_steps]
+    block, step_in_block = token_steps // GATE_BLOCK_STEPS, token_steps % GATE_BLOCK_STEPS
+    places = block * GATE_BLOCK_STEPS * capacity + step_in_block * rows_of_step + row_in_step
+    with torch.inference_mode(False):  # usable by calls made outside inference mode too
+        places = places.to(device)
+        running = torch.ones(len(places), dtype=torch.int8, device=device)
+    return block_rows, places, running
+
+
 def graphed_recurrence(
     inputs: torch.Tensor, batch: SequenceBatch, initial_state: LstmState, linears: LstmLinears,
     cell_clip: float | None, projection_clip: float | None,
@@ -359,19 +381,10 @@ def graphed_recurrence(
     width, projection_dim = inputs.shape[-1], hidden.shape[1]
     blocks, capacity = math.ceil(batch.steps / GATE_BLOCK_STEPS), graph_rows(batch_size)
     if batch.packed:
-        running_rows = torch.tensor(batch.batch_sizes, dtype=torch.long)
-        running = torch.ones(int(running_rows.sum()), dtype=torch.int8)
+        block_rows, places, running = block_layout(tuple(batch.batch_sizes), batch_size, inputs.device)
     else:
-        running_rows = torch.full((batch.steps,), batch_size, dtype=torch.long)
+        block_rows, places, _ = block_layout((batch_size,) * batch.steps, batch_size, inputs.device)
         running = batch.mask.reshape(-1).to(torch.int8)
-    block_rows = [graph_rows(int(running_rows[block * GATE_BLOCK_STEPS])) for block in range(blocks)]
-    # Each token's row in the static buffers, in the order of `inputs` (packed: step by step; padded: steps x rows).
-    token_steps = torch.repeat_interleave(torch.arange(batch.steps), running_rows)
-    rows_of_step = torch.tensor(block_rows, dtype=torch.long).repeat_interleave(GATE_BLOCK_STEPS)[token_steps]
-    row_in_step = torch.arange(len(token_steps)) - (running_rows.cumsum(0) - running_rows)[token_steps]
-    block, step_in_block = token_steps // GATE_BLOCK_STEPS, token_steps % GATE_BLOCK_STEPS
-    places = block * GATE_BLOCK_STEPS * capacity + step_in_block * rows_of_step + row_in_step
-    places = places.to(inputs.device, non_blocking=True)
     shapes = dict(
         inputs=(blocks, GATE_BLOCK_STEPS * capacity, width), running=(blocks, GATE_BLOCK_STEPS * capacity),
         hidden=(capacity, projection_dim), cell=(capacity, cell.shape[1]),
@@ -402,7 +415,7 @@ def graphed_recurrence(
         ]
         static["inputs"].view(-1, width).index_copy_(0, places, inputs.reshape(-1, width))
         static["running"].zero_()
-        static["running"].view(-1).index_copy_(0, places, running.to(inputs.device, non_blocking=True))
+        static["running"].view(-1).index_copy_(0, places, running)
         static["hidden"][:batch_size].copy_(hidden)
         static["cell"][:batch_size].copy_(cell)
         for replay in replays:
