@@ -350,7 +350,8 @@ def gradient_difference(model: nn.Module, reference: nn.Module, batch: dict) -> 
 def kernel_rows(args, device: torch.device) -> Iterator[str]:
     """The graphed (CUDA only) and the fused Triton recurrence against the reference on this device: one LSTM
     direction of the architecture's sizes, random weights, 64 rows (4 on a CPU, in Triton's interpreter) of random
-    lengths, both clips active, packed and padded; max abs difference of outputs and final states (the contract test
+    lengths, both clips active and not float32 numbers (0.6 and 0.4: a float64 kernel clipping at a float32 bound is
+    off by 1e-8), packed and padded; max abs difference of outputs and final states (the contract test
     checks the same on small sizes, the graphs stood in by eager runs). The graphed one runs each batch twice: the
     capture, then a replay."""
     config = ElmoConfig(**PRESETS[args.architecture])
@@ -373,12 +374,12 @@ def kernel_rows(args, device: torch.device) -> Iterator[str]:
             for linear in linears:
                 linear.to(device, dtype)
             with torch.inference_mode():
-                expected = lstm_recurrence(inputs, batch, state, linears, 3.0, 3.0)
+                expected = lstm_recurrence(inputs, batch, state, linears, 0.6, 0.4)
                 for name in names:
                     recurrence = RECURRENCE_IMPLEMENTATIONS[name].function
                     differences = []
                     for _ in range(2 if name == "cuda graphs" else 1):
-                        actual = recurrence(inputs, batch, state, linears, 3.0, 3.0)
+                        actual = recurrence(inputs, batch, state, linears, 0.6, 0.4)
                         pairs = zip((actual[0], *actual[1]), (expected[0], *expected[1]))
                         differences += [(value.double() - truth.double()).abs().max().item() for value, truth in pairs]
                     difference = max(differences)

@@ -57,6 +57,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch.nn import functional
@@ -72,6 +73,13 @@ BLOCK = 1024  # elements of one program of the elementwise kernels
 GATE_BLOCK_STEPS = 8
 # `graphed_recurrence` keeps at most this many graphs (the least recently replayed dropped first).
 GRAPH_CACHE_SIZE = 1024
+
+
+class ClipLimits(NamedTuple):
+    """The cell and projection clips as the Triton kernels read them (`clip_limits`)."""
+
+    cell: torch.Tensor | None
+    projection: torch.Tensor | None
 
 
 @functools.cache
@@ -144,24 +152,39 @@ def fused_recurrence(
     """
     hidden, cell = (tensor.contiguous().clone() for tensor in initial_state)
     projection_dim = hidden.shape[1]
+    limits = clip_limits(cell_clip, projection_clip, inputs.dtype, inputs.device)
     if not batch.packed:
         outputs = inputs.new_empty(*inputs.shape[:2], projection_dim)
         running = batch.mask.squeeze(-1).to(torch.int8).contiguous()  # (steps, batch_size); the mask is a transpose
-        fused_padded_steps(inputs, running, hidden, cell, outputs, linears, cell_clip, projection_clip)
+        fused_padded_steps(inputs, running, hidden, cell, outputs, linears, limits)
         return outputs, (hidden, cell)
     gate_inputs = linears.input_to_gates(inputs)
     outputs = gate_inputs.new_empty(gate_inputs.shape[0], projection_dim)
     position = 0
     for active in batch.batch_sizes:
         rows = slice(position, position + active)
-        fused_step(gate_inputs[rows], outputs[rows], None, hidden, cell, linears, cell_clip, projection_clip)
+        fused_step(gate_inputs[rows], outputs[rows], None, hidden, cell, linears, limits)
         position += active
     return outputs, (hidden, cell)
 
 
+def clip_limits(
+    cell_clip: float | None, projection_clip: float | None, dtype: torch.dtype, device: torch.device
+) -> ClipLimits:
+    """The clips as the kernels read them: one-element tensors of their compute dtype (float64 for float64 tensors,
+    float32 otherwise, as torch's clamp converts a Python bound), or `None` for no clip. Tensors, because Triton
+    passes a Python float as a float32 scalar, which would round a float64 model's clip; filled on the device, so
+    that a graph's capture records them."""
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    return ClipLimits(
+        *(None if clip is None else torch.full((1,), clip, dtype=compute, device=device)
+          for clip in (cell_clip, projection_clip))
+    )  # fmt: skip
+
+
 def fused_padded_steps(
     inputs: torch.Tensor, running: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor, outputs: torch.Tensor,
-    linears: LstmLinears, cell_clip: float | None, projection_clip: float | None,
+    linears: LstmLinears, limits: ClipLimits,
 ) -> None:
     """The fused recurrence over a padded batch, in place: `inputs` `(steps, batch_size, in_features)`, `running`
     `(steps, batch_size)` int8 (0 where a row has no token), the state `hidden` `(batch_size, projection_dim)` and
@@ -173,17 +196,18 @@ def fused_padded_steps(
         block = slice(start, start + GATE_BLOCK_STEPS)
         gate_inputs = linears.input_to_gates(inputs[block])
         for step_gate_inputs, step_outputs, step_running in zip(gate_inputs, outputs[block], running[block]):
-            fused_step(step_gate_inputs, step_outputs, step_running, hidden, cell, linears, cell_clip, projection_clip)
+            fused_step(step_gate_inputs, step_outputs, step_running, hidden, cell, linears, limits)
 
 
 def fused_step(
     gate_inputs: torch.Tensor, outputs: torch.Tensor, running: torch.Tensor | None, hidden: torch.Tensor,
-    cell: torch.Tensor, linears: LstmLinears, cell_clip: float | None, projection_clip: float | None,
+    cell: torch.Tensor, linears: LstmLinears, limits: ClipLimits,
 ) -> None:
     """One step of the fused recurrence for the first `rows = gate_inputs.shape[0]` rows of the state: the recurrent
     product, one kernel for the gates, the cell update and clip (the first `rows` rows of `cell` updated in place),
     the projection, and one kernel for the projection clip, the hidden state's rows and `outputs` `(rows,
-    projection_dim)`. With `running` (`(rows,)` int8), a row where it is 0 keeps its state and outputs zero."""
+    projection_dim)`. With `running` (`(rows,)` int8), a row where it is 0 keeps its state and outputs zero. `limits`:
+    `clip_limits`."""
     kernels, compute = compiled_kernels(gate_inputs.dtype)
     rows, (lstm_dim, projection_dim) = gate_inputs.shape[0], (cell.shape[1], hidden.shape[1])
     if rows == 0:
@@ -193,12 +217,12 @@ def fused_step(
     cell_output = torch.empty_like(cell[:rows])
     kernels.cell[(math.ceil(rows * lstm_dim / BLOCK),)](
         gate_inputs.contiguous(), recurrent.contiguous(), cell, cell_output, running, rows, lstm_dim,
-        cell_clip or 0.0, CLIP=cell_clip is not None, MASKED=masked, COMPUTE=compute, BLOCK=BLOCK,
+        limits.cell, CLIP=limits.cell is not None, MASKED=masked, COMPUTE=compute, BLOCK=BLOCK,
     )  # fmt: skip
     projected = cell_output if linears.projection is None else linears.projection(cell_output)
     kernels.output[(math.ceil(rows * projection_dim / BLOCK),)](
         projected.contiguous(), hidden, outputs, running, rows, projection_dim,
-        projection_clip or 0.0, CLIP=projection_clip is not None, MASKED=masked, COMPUTE=compute, BLOCK=BLOCK,
+        limits.projection, CLIP=limits.projection is not None, MASKED=masked, COMPUTE=compute, BLOCK=BLOCK,
     )  # fmt: skip
 
 
@@ -396,13 +420,14 @@ def graphed_recurrence(
         event = device_graphs.after(RecurrenceGraphs.last_call.get(inputs.device), inputs.device)
 
         def body(first_block: int, count: int, rows: int) -> None:
+            limits = clip_limits(cell_clip, projection_clip, inputs.dtype, inputs.device)
             for block in range(first_block, first_block + count):
                 steps = GATE_BLOCK_STEPS * rows
                 fused_padded_steps(
                     static["inputs"][block, :steps].view(GATE_BLOCK_STEPS, rows, width),
                     static["running"][block, :steps].view(GATE_BLOCK_STEPS, rows), static["hidden"][:rows],
                     static["cell"][:rows], static["outputs"][block, :steps].view(GATE_BLOCK_STEPS, rows, -1),
-                    linears, cell_clip, projection_clip,
+                    linears, limits,
                 )  # fmt: skip
 
         # Every graph of the call first (a capture's warm-up run writes the static buffers), then the call's data.
@@ -445,6 +470,7 @@ def triton_forward(
         gate_inputs.new_empty(num_positions, lstm_dim) for _ in range(4)
     )
     cell_factors = gate_inputs.new_empty(num_positions, 3, lstm_dim)
+    limits = clip_limits(cell_clip, projection_clip, gate_inputs.dtype, gate_inputs.device)
     clipped_cells = None
     if cell_clip is not None:
         clipped_cells = torch.empty(num_positions, lstm_dim, dtype=torch.int8, device=gate_inputs.device)
@@ -454,12 +480,12 @@ def triton_forward(
         kernels.training_cell[(math.ceil(active * lstm_dim / BLOCK),)](
             gate_inputs[rows], recurrent, cell, unprojected[rows], cell_factors[rows], output_factor[rows],
             cell_from_output[rows], forget_gate[rows], None if clipped_cells is None else clipped_cells[rows], active,
-            lstm_dim, cell_clip or 0.0, CLIP=cell_clip is not None, COMPUTE=compute, BLOCK=BLOCK,
+            lstm_dim, limits.cell, CLIP=limits.cell is not None, COMPUTE=compute, BLOCK=BLOCK,
         )  # fmt: skip
         torch.mm(unprojected[rows], projection.t(), out=unclipped[rows])
         kernels.output[(math.ceil(active * projection_dim / BLOCK),)](
-            unclipped[rows], hidden, outputs[rows], None, active, projection_dim, projection_clip or 0.0,
-            CLIP=projection_clip is not None, MASKED=False, COMPUTE=compute, BLOCK=BLOCK,
+            unclipped[rows], hidden, outputs[rows], None, active, projection_dim, limits.projection,
+            CLIP=limits.projection is not None, MASKED=False, COMPUTE=compute, BLOCK=BLOCK,
         )  # fmt: skip
     return ForwardRecord(
         outputs, hidden, cell, unprojected, cell_factors, output_factor, cell_from_output, forget_gate,

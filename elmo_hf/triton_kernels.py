@@ -15,6 +15,10 @@
 (`fused_recurrence`: `cell_kernel`, `output_kernel`) and for training (`TRITON_STEPS`: `training_cell_kernel` and
 `output_kernel` forward, `backward_output_kernel` and `backward_cell_kernel` in reverse).
 
+The clips (`cell_clip`, `projection_clip`) are one-element tensors of the compute dtype (`gpu_kernels.clip_limits`),
+loaded by the kernels, not Python floats: Triton passes a float argument as a float32 scalar, so a float64 model's
+clip of 0.6 would clip at 0.6000000238 where the reference clips at 0.6.
+
 Triton is imported, and the kernels made, on the first call of `compiled` (the fused recurrence's `supports` asks for
 Triton first), so the model imports and runs without Triton. Triton reads `TRITON_INTERPRET` then: with
 `TRITON_INTERPRET=1` the kernels run on CPU tensors in its interpreter, which is how the tests check them against the
@@ -93,7 +97,8 @@ def cell_kernel(
     old_cell = tl.load(cell + offsets, mask=inside).to(COMPUTE)
     new_cell = sigmoid(forget_gate) * old_cell + sigmoid(input_gate) * (2 * sigmoid(2 * candidate) - 1)
     if CLIP:
-        new_cell = tl.minimum(tl.maximum(new_cell, -cell_clip), cell_clip)
+        limit = tl.load(cell_clip)
+        new_cell = tl.minimum(tl.maximum(new_cell, -limit), limit)
     if MASKED:
         new_cell = tl.where(tl.load(running + row, mask=inside) != 0, new_cell, old_cell)
     tl.store(cell + offsets, new_cell.to(cell.dtype.element_ty), mask=inside)
@@ -111,7 +116,8 @@ def output_kernel(
     inside = offsets < rows * projection_dim
     value = tl.load(projected + offsets, mask=inside).to(COMPUTE)
     if CLIP:
-        value = tl.minimum(tl.maximum(value, -projection_clip), projection_clip)
+        limit = tl.load(projection_clip)
+        value = tl.minimum(tl.maximum(value, -limit), limit)
     if MASKED:
         active = tl.load(running + offsets // projection_dim, mask=inside) != 0
         tl.store(state + offsets, value.to(state.dtype.element_ty), mask=inside & active)
@@ -141,9 +147,10 @@ def training_cell_kernel(
     old_cell = tl.load(cell + offsets, mask=inside).to(COMPUTE)
     new_cell = forget * old_cell + input_gate * candidate
     if CLIP:
-        outside = (new_cell < -cell_clip) | (new_cell > cell_clip) | (new_cell != new_cell)
+        limit = tl.load(cell_clip)
+        outside = (new_cell < -limit) | (new_cell > limit) | (new_cell != new_cell)
         put(clipped_cells, offsets, outside, inside)
-        new_cell = tl.minimum(tl.maximum(new_cell, -cell_clip), cell_clip)
+        new_cell = tl.minimum(tl.maximum(new_cell, -limit), limit)
     put(cell, offsets, new_cell, inside)
     tanh_cell = 2 * sigmoid(2 * new_cell) - 1
     put(unprojected, offsets, output_gate * tanh_cell, inside)

@@ -226,8 +226,9 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from elmo_hf.triton_kernels import compiled
 kernels = compiled()
-scalars = {"rows": "i32", "lstm_dim": "i32", "projection_dim": "i32", "cell_clip": "fp32", "projection_clip": "fp32"}
+scalars = {"rows": "i32", "lstm_dim": "i32", "projection_dim": "i32"}
 masks = {"running", "clipped_cells", "clipped_outputs"}
+clips = {"cell_clip", "projection_clip"}  # one-element tensors of the compute dtype
 inference = (kernels.cell, kernels.output)
 training = (kernels.training_cell, kernels.output, kernels.backward_output, kernels.backward_cell)
 for pointer, compute in (("*fp32", kernels.float32), ("*bf16", kernels.float32), ("*fp64", kernels.float64)):
@@ -240,9 +241,11 @@ for pointer, compute in (("*fp32", kernels.float32), ("*bf16", kernels.float32),
                 constants = {"CLIP": clip, "MASKED": masked, "COMPUTE": compute, "BLOCK": 1024}
                 constants = {name: value for name, value in constants.items() if name in names}
                 constants |= {name: None for name in masks & names - used}
+                constants |= {name: None for name in clips & names if not clip}
+                limit = "*fp64" if pointer == "*fp64" else "*fp32"
                 signature = {
                     p.name: "constexpr" if p.is_constexpr or p.name in constants else
-                    "*i8" if p.name in masks else scalars.get(p.name, pointer)
+                    "*i8" if p.name in masks else limit if p.name in clips else scalars.get(p.name, pointer)
                     for p in kernel.params
                 }
                 source = ASTSource(kernel, signature, constexprs=constants)
