@@ -18,18 +18,20 @@ What it prints:
 - inference, original architecture (random weights), `--sentences` synthetic sentences (`bench_inference.py`'s
   corpus, mean 25 words) in corpus order, tokenization included (the tokenizer's call and the copy to the GPU are
   timed with the model): words/s for elmo-hf float32 and bfloat16 and the cuDNN build (float32: the same character
-  CNN, one `nn.LSTM(proj_size)` per layer and direction, no clipping), at each batch size; "of matmul" = useful
-  FLOP/s over the matrix-product limit of the row's dtype; "of BW" = the recurrent and projection weights each time
-  step reads, per second, over the bandwidth; peak GPU memory of the build (its weights and the peak its calls add,
-  the CUDA graphs' buffers included: each row starts without graphs, captured again in its untimed pass); elmo-hf float32 also without its CUDA graphs (the
+  CNN, one `nn.LSTM(proj_size)` per layer and direction, no clipping; with torch's defaults, which let cuDNN use
+  TF32, and without TF32), at each batch size; "of matmul" = useful FLOP/s over the matrix-product limit of the
+  row's dtype; "of BW" = the recurrent and projection weights each time step reads, per second, over the bandwidth;
+  peak GPU memory of the build (its weights and the peak its calls add, the CUDA graphs' buffers included: each row
+  starts without graphs, captured again in its untimed pass); elmo-hf float32 also without its CUDA graphs (the
   dispatcher's next entry, the fused recurrence launching its kernels step by step), to show what the graphs gain at
   each batch size;
 - training, `ElmoForPreTraining` forward, backward and Adam step as dispatched (the training kernel with Triton
   steps, `gpu_kernels.TRITON_STEPS`), through the reference modules (`elmo_implementation="eager"`, autograd), and
-  the cuDNN build of `bench_training.py` (same loss, no clipping), ptb and original architectures, at each training
-  batch size: words/s, "of matmul" (3x forward FLOPs), and the ratio to cuDNN; before timing, the dispatched step's
-  loss and every gradient against the reference step's on the same batch (max abs difference relative to the
-  largest value);
+  the cuDNN build of `bench_training.py` (same loss, no clipping; with and without TF32), ptb and original
+  architectures, at each training batch size: words/s, "of matmul" (3x forward FLOPs), and the ratio to cuDNN with
+  torch's defaults; before timing, the dispatched step's and the reference step's loss and every gradient against
+  the float64 reference step's on the same batch (max abs difference relative to the largest value, and which
+  parameter it is);
 - `elmo-hf embed` (`embed_corpus`, its defaults: all layers as float32 vectors, through part files and a merge) over
   `--embed-sentences` synthetic lines at `--embed-batch-size`, the model loaded from a saved folder in float32 and in
   bfloat16 (issue 25's goal 3): words/s of the run (first line read to last part written) and of the whole call, the
@@ -176,6 +178,17 @@ def without_graphs(active: bool):
         RECURRENCE_IMPLEMENTATIONS["cuda graphs"] = entry
 
 
+def without_tf32(active: bool) -> contextlib.AbstractContextManager:
+    """While `active`, cuDNN without TF32 (torch lets cuDNN's convolutions and LSTMs use it by default): the cuDNN
+    build as exact as elmo-hf's float32. Restored after."""
+    if not active:
+        return contextlib.nullcontext()
+    return torch.backends.cudnn.flags(
+        enabled=True, benchmark=torch.backends.cudnn.benchmark, deterministic=torch.backends.cudnn.deterministic,
+        allow_tf32=False,
+    )
+
+
 def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
     """One table row per build and batch size; also the peak memory of each."""
     config = ElmoConfig(**PRESETS[args.architecture])
@@ -189,6 +202,7 @@ def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
         "elmo-hf bfloat16": ElmoModel(config).eval().to(device, torch.bfloat16),
         "cuDNN nn.LSTM float32": CudnnBiLm(config).eval().to(device),
     }
+    builds["cuDNN nn.LSTM float32 without TF32"] = builds["cuDNN nn.LSTM float32"]
     for batch_size in args.batch_sizes:
         batches = [corpus[start : start + batch_size] for start in range(0, len(corpus), batch_size)]
         steps = sum(max(map(len, batch)) + 2 for batch in batches)
@@ -206,7 +220,7 @@ def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
                 RecurrenceGraphs.clear()
                 before = torch.cuda.memory_allocated(device)
                 torch.cuda.reset_peak_memory_stats(device)
-            with torch.inference_mode(), without_graphs("without graphs" in name):
+            with torch.inference_mode(), without_graphs("without graphs" in name), without_tf32("without TF32" in name):
                 seconds = seconds_of(run, device, repeats=args.repeats)
             if device.type == "cuda":
                 weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -297,22 +311,26 @@ def training_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
                       f"{gradient_difference(build, exact, on_device)}")
             del exact
 
-            def stock_loss():
+            stock_exact = copy.deepcopy(stock)
+
+            def stock_loss(model: nn.Module = stock) -> torch.Tensor:
                 with device:  # its forward makes index tensors without naming a device: on the GPU here
-                    return stock(**on_device)
+                    return model(**on_device)
 
             builds = [
                 ("elmo-hf", elmo, lambda: elmo(**on_device).loss),
                 ("elmo-hf reference", reference, lambda: reference(**on_device).loss),
+                ("cuDNN nn.LSTM without TF32", stock_exact, lambda: stock_loss(stock_exact)),
                 ("cuDNN nn.LSTM", stock, stock_loss),
             ]
             optimizers = [torch.optim.Adam(model.parameters(), lr=1e-4) for _, model, _ in builds]
             times = [[] for _ in builds]
             for step in range(args.train_steps + 1):  # the first step warms up
-                for (_, _, loss_of), optimizer, build_times in zip(builds, optimizers, times):
+                for (name, _, loss_of), optimizer, build_times in zip(builds, optimizers, times):
                     synchronize(device)
                     start = time.perf_counter()
-                    loss_of().backward()
+                    with without_tf32("without TF32" in name):
+                        loss_of().backward()
                     optimizer.step()
                     optimizer.zero_grad()
                     synchronize(device)

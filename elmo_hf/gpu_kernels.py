@@ -229,12 +229,18 @@ def fused_step(
 class CudaGraphs:
     """What `graphed_recurrence` asks of CUDA: capture a body into a graph, and order its calls across streams."""
 
-    @staticmethod
-    def capture(body: Callable[[], None], device: torch.device, pool: tuple) -> Callable[[], None]:
+    streams: dict[torch.device, torch.cuda.Stream] = {}
+
+    @classmethod
+    def capture(cls, body: Callable[[], None], device: torch.device, pool: tuple) -> Callable[[], None]:
         """`body` (no host synchronisation) captured into a CUDA graph whose temporaries come from `pool`, after one
-        run on a side stream (which compiles Triton's kernels and readies cuBLAS); returns the graph's replay."""
+        run on the device's side stream (which compiles Triton's kernels and readies cuBLAS); returns the graph's
+        replay. One side stream per device for every capture: cuBLAS keeps a workspace per stream (32 MiB on a
+        Hopper GPU), so a new stream per capture took up to 1 GiB more for a process's first graphs."""
         with torch.cuda.device(device):
-            stream, current = torch.cuda.Stream(device), torch.cuda.current_stream(device)
+            if device not in cls.streams:
+                cls.streams[device] = torch.cuda.Stream(device)
+            stream, current = cls.streams[device], torch.cuda.current_stream(device)
             stream.wait_stream(current)
             with torch.cuda.stream(stream):
                 body()

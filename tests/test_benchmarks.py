@@ -119,9 +119,12 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     lines = [line for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     rows = [line.strip("|").split("|") for line in lines]
     builds = [row[1].strip() for row in rows if row[0].strip() == "2" and len(row) == 7]
-    assert builds == ["elmo-hf float32", "elmo-hf float32 without graphs", "elmo-hf bfloat16", "cuDNN nn.LSTM float32"]
+    assert builds == [
+        "elmo-hf float32", "elmo-hf float32 without graphs", "elmo-hf bfloat16", "cuDNN nn.LSTM float32",
+        "cuDNN nn.LSTM float32 without TF32",
+    ]  # fmt: skip
     assert [row[2].strip() for row in rows if row[0].strip() == "ptb"] == [
-        "elmo-hf", "elmo-hf reference", "cuDNN nn.LSTM"
+        "elmo-hf", "elmo-hf reference", "cuDNN nn.LSTM without TF32", "cuDNN nn.LSTM"
     ]
     embed_builds = ["elmo-hf float32", "elmo-hf bfloat16", "stand-in"]
     sections = [*script, *smoke.split(), "--sections", "embed"]
@@ -132,8 +135,15 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     assert [row[0] for row in embed] == embed_builds
     assert all(float(row[1].replace(",", "")) > 0 and float(row[4]) >= 0 for row in embed)
     assert "dispatcher, float32 training: recurrence training" in result.stdout  # on a CPU, the CPU's kernel
-    check = next(line for line in result.stdout.splitlines() if "dispatched step against the reference" in line)
-    assert float(check.split("gradients within ")[1].split()[0]) <= 1e-5
+    for build in ("dispatched", "reference"):
+        check = next(line for line in result.stdout.splitlines() if f"{build} step against float64" in line)
+        assert float(check.split("gradients within ")[1].split()[0]) <= 1e-5
+    # the profile: each call's kernels (none on a CPU) and the host's functions, by own and by cumulative time
+    profiled = [line for line in result.stdout.splitlines() if "ms wall (profiled)" in line]
+    assert [line.split(":")[0] for line in profiled] == [
+        "inference float32, batch 256", "inference bfloat16, batch 256", "training ptb, batch 2"
+    ]
+    assert result.stdout.count("functions by cumulative time") == 3
     float32 = next(row for row in rows if row[0].strip() == "float32")  # the exactness table's row
     assert all(float(cell.split()[0]) <= 1e-5 for cell in float32[1:])
     # Triton vs reference (on a CPU the fused recurrence only: graphs need CUDA)
