@@ -300,13 +300,16 @@ class RecurrenceGraphs:
     @classmethod
     def static(cls, device: torch.device, dtype: torch.dtype, shapes: dict[str, tuple]) -> dict[str, torch.Tensor]:
         """Views of the device's and dtype's static buffers in `shapes` ("running" int8, the rest `dtype`), the
-        buffers grown (zeroed, and the graphs captured on them dropped) where one is too small."""
+        buffers grown (zeroed, and the graphs captured on them dropped) where one is too small: at least twofold, so
+        that batches of rising lengths drop the graphs a few times, not at each new longest batch (a graph dropped
+        is captured again on its next call)."""
         buffers = cls.buffers.setdefault((device, dtype), {})
         if any(name not in buffers or buffers[name].numel() < math.prod(shape) for name, shape in shapes.items()):
             for key in [key for key in cls.graphs if key[:2] == (device, dtype)]:
                 del cls.graphs[key]
             for name, shape in shapes.items():
-                size = max(math.prod(shape), buffers[name].numel() if name in buffers else 0)
+                size = buffers[name].numel() if name in buffers else 0
+                size = max(math.prod(shape), 2 * size if size < math.prod(shape) else size)
                 with torch.inference_mode(False):  # writable by later calls made outside inference mode
                     buffers[name] = torch.zeros(size, dtype=torch.int8 if name == "running" else dtype, device=device)
         return {name: buffers[name][: math.prod(shape)].view(shape) for name, shape in shapes.items()}

@@ -95,6 +95,20 @@ def test_a_graph_is_captured_once_per_kind_of_call_and_computes_with_the_current
     assert set(EagerGraphs.captures) == {("pool", CPU)}  # one memory pool for every graph of the device
 
 
+def test_the_buffers_grow_at_least_twofold_so_rising_lengths_drop_the_graphs_a_few_times():
+    """Batches of 1 to 5 blocks of 8 steps, in rising order: the buffers grow (and the graphs are dropped) for 2, 3
+    (to 4 blocks' room) and 5 blocks only; the graphs of 1 to 4 blocks made after the last growth but one are kept."""
+    linears = random_linears(torch.float64)
+    with torch.no_grad():
+        for blocks in range(1, 6):
+            graphed_like_the_reference(linears, [8 * blocks] * 4, packed=True)
+            if blocks == 4:
+                assert len(RecurrenceGraphs.graphs) == 2  # 3 and 4 blocks: captured in the same buffers
+    inputs = RecurrenceGraphs.buffers[(CPU, torch.float64)]["inputs"]
+    assert inputs.numel() == 8 * 8 * 4 * linears.input_to_gates.in_features  # 5 blocks needed, 8 made: 4 doubled
+    assert len(EagerGraphs.captures) == 5 and len(RecurrenceGraphs.graphs) == 1
+
+
 def test_each_block_of_a_packed_batch_computes_the_rows_running_at_its_first_step():
     """A packed batch of one long and three short sentences: its first block computes 4 rows, the next two (one
     graph) the one row still running; a padded batch computes every row in every block (one graph)."""
