@@ -220,7 +220,8 @@ def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
                 RecurrenceGraphs.clear()
                 before = torch.cuda.memory_allocated(device)
                 torch.cuda.reset_peak_memory_stats(device)
-            with torch.inference_mode(), without_graphs("without graphs" in name), without_tf32("without TF32" in name):
+            exact = without_tf32("without TF32" in name)
+            with torch.inference_mode(), without_graphs("without graphs" in name), exact:
                 seconds = seconds_of(run, device, repeats=args.repeats)
             if device.type == "cuda":
                 weights = sum(p.numel() * p.element_size() for p in model.parameters())

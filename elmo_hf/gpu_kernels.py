@@ -26,9 +26,9 @@
   blocks of `GATE_BLOCK_STEPS` steps, each on the rows running at its first step (rounded up by `graph_rows`; the mask
   keeps a finished row's state, as in the padded layout), and each run of blocks on the same rows (weights, rows,
   place, clips) is captured once into a graph, then replayed: a few graph launches (and a few copies in and out) a
-  call, and about the work of a packed batch, not of every row at every step. Graphs share one set of static buffers and one memory pool per
-  device (`RecurrenceGraphs`), so their memory is that of the largest call, not of every kind. A call made while the
-  user captures a graph of their own takes the fused recurrence.
+  call, and about the work of a packed batch, not of every row at every step. Graphs share one set of static buffers
+  and one memory pool per device (`RecurrenceGraphs`), so their memory is that of the largest call, not of every
+  kind. A call made while the user captures a graph of their own takes the fused recurrence.
 - `fused_training_recurrence`: the training kernel (`training_kernels.LstmWithProjectionFunction`: one autograd node
   for the whole recurrence, the input-to-gate products and the weight gradients one matrix product each over all
   steps) with its steps in Triton (`TRITON_STEPS`). Forward, a step is the recurrent product, one kernel for the
@@ -376,7 +376,9 @@ def block_runs(block_rows: list[int]) -> list[tuple[int, int, int]]:
 
 
 @functools.lru_cache(maxsize=256)
-def block_layout(running_rows: tuple[int, ...], batch_size: int, device: torch.device) -> tuple:
+def block_layout(
+    running_rows: tuple[int, ...], batch_size: int, device: torch.device
+) -> tuple[list[int], torch.Tensor, torch.Tensor]:
     """Where `graphed_recurrence` puts the tokens of a batch whose step `t` runs its first `running_rows[t]` rows:
     the rows each block computes (`graph_rows` of the rows running at its first step), each token's row in the static
     buffers (`(tokens,)` long, on `device`, in the order of the recurrence's inputs: step by step), and a running
