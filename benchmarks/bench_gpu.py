@@ -24,7 +24,8 @@ What it prints:
   peak GPU memory of the build (its weights and the peak its calls add, the CUDA graphs' buffers included: each row
   starts without graphs, captured again in its untimed pass); elmo-hf float32 also without its CUDA graphs (the
   dispatcher's next entry, the fused recurrence launching its kernels step by step), to show what the graphs gain at
-  each batch size;
+  each batch size; the graphs captured in each pass (the untimed one first: a graph dropped when the static buffers
+  grow is captured again, and a capture costs about a run; `--repeats` passes are timed, the best reported);
 - training, `ElmoForPreTraining` forward, backward and Adam step as dispatched (the training kernel with Triton
   steps, `gpu_kernels.TRITON_STEPS`), through the reference modules (`elmo_implementation="eager"`, autograd), and
   the cuDNN build of `bench_training.py` (same loss, no clipping; with and without TF32), ptb and original
@@ -58,7 +59,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -73,7 +74,7 @@ from bench_inference import flops_per_word, recurrent_bytes_per_step, synthetic_
 from bench_training import TorchLstmBiLm, forward_flops, sentences  # noqa: E402
 
 from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer  # noqa: E402
-from elmo_hf.gpu_kernels import RecurrenceGraphs, triton_available  # noqa: E402
+from elmo_hf.gpu_kernels import CudaGraphs, RecurrenceGraphs, triton_available  # noqa: E402
 from elmo_hf.kernels_elmo import (  # noqa: E402
     RECURRENCE_IMPLEMENTATIONS,
     TOKEN_LAYER_IMPLEMENTATIONS,
@@ -189,6 +190,18 @@ def without_tf32(active: bool) -> contextlib.AbstractContextManager:
     )
 
 
+class CountedGraphs(CudaGraphs):
+    """`gpu_kernels.CudaGraphs` counting its captures, so that an inference row says how many of the graphs it
+    replays were captured while it was timed (a capture costs about a run of its blocks)."""
+
+    captures = 0
+
+    @classmethod
+    def capture(cls, body: Callable[[], None], device: torch.device, pool: tuple) -> Callable[[], None]:
+        cls.captures += 1
+        return super().capture(body, device, pool)
+
+
 def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
     """One table row per build and batch size; also the peak memory of each."""
     config = ElmoConfig(**PRESETS[args.architecture])
@@ -210,10 +223,14 @@ def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
         for name, model in builds.items():
             dtype = torch.bfloat16 if "bfloat16" in name else torch.float32
 
+            captures = []  # per pass: the untimed one, then each timed one
+
             def run(model=model):
+                before = CountedGraphs.captures
                 for batch in batches:
                     inputs = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
                     model(input_ids=inputs["input_ids"].to(device), attention_mask=inputs["attention_mask"].to(device))
+                captures.append(CountedGraphs.captures - before)
 
             peak = "n/a"
             if device.type == "cuda":  # this build's own: its weights, and what its calls allocate (graphs included)
@@ -231,7 +248,7 @@ def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
             matmul = limits["bfloat16" if dtype == torch.bfloat16 else "float32"]
             yield (
                 f"| {batch_size} | {name} | {words / seconds:,.0f} | {tflops:.2f} | {tflops / matmul:.1%} | "
-                f"{streamed / limits['bandwidth']:.1%} | {peak} |"
+                f"{streamed / limits['bandwidth']:.1%} | {peak} | {', '.join(map(str, captures))} |"
             )
 
 
@@ -543,10 +560,12 @@ def main() -> int:
     print(f"limits: matmul {limits['float32']:.1f} TFLOP/s float32, {limits['bfloat16']:.1f} TFLOP/s bfloat16; "
           f"bandwidth {limits['bandwidth']:,.0f} GB/s")
 
+    if device.type == "cuda":
+        RecurrenceGraphs.device_graphs = CountedGraphs  # the inference rows count each pass's captures
     if "inference" in args.sections:
         print(f"\ninference, {args.architecture}, {args.sentences} sentences in corpus order, tokenization included")
-        print("| batch | build | words/s | TFLOP/s | of matmul | of BW | peak GiB |")
-        print("|---|---|---|---|---|---|---|")
+        print("| batch | build | words/s | TFLOP/s | of matmul | of BW | peak GiB | graphs captured per pass |")
+        print("|---|---|---|---|---|---|---|---|")
         for row in inference_rows(args, device, limits):
             print(row)
 

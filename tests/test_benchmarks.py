@@ -118,7 +118,8 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     rows = [line.strip("|").split("|") for line in lines]
-    builds = [row[1].strip() for row in rows if row[0].strip() == "2" and len(row) == 7]
+    builds = [row[1].strip() for row in rows if row[0].strip() == "2" and len(row) == 8]
+    assert {row[-1].strip() for row in rows if row[0].strip() == "2" and len(row) == 8} == {"0, 0"}  # no CUDA graphs
     assert builds == [
         "elmo-hf float32", "elmo-hf float32 without graphs", "elmo-hf bfloat16", "cuDNN nn.LSTM float32",
         "cuDNN nn.LSTM float32 without TF32",
