@@ -25,7 +25,7 @@ What it prints:
   starts without graphs, captured again in its untimed pass); elmo-hf float32 also without its CUDA graphs (the
   dispatcher's next entry, the fused recurrence launching its kernels step by step), to show what the graphs gain at
   each batch size; the graphs captured in each pass (the untimed one first: a graph dropped when the static buffers
-  grow is captured again, and a capture costs about a run; `--repeats` passes are timed, the best reported);
+  grow is captured again, and a capture runs its blocks once before recording them; `--repeats` passes are timed, the best reported);
 - training, `ElmoForPreTraining` forward, backward and Adam step as dispatched (the training kernel with Triton
   steps, `gpu_kernels.TRITON_STEPS`), through the reference modules (`elmo_implementation="eager"`, autograd), and
   the cuDNN build of `bench_training.py` (same loss, no clipping; with and without TF32), ptb and original
@@ -192,7 +192,7 @@ def without_tf32(active: bool) -> contextlib.AbstractContextManager:
 
 class CountedGraphs(CudaGraphs):
     """`gpu_kernels.CudaGraphs` counting its captures, so that an inference row says how many of the graphs it
-    replays were captured while it was timed (a capture costs about a run of its blocks)."""
+    replays were captured while it was timed (a capture runs its blocks once before recording them)."""
 
     captures = 0
 
