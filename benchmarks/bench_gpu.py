@@ -25,7 +25,8 @@ What it prints:
   starts without graphs, captured again in its untimed pass); elmo-hf float32 also without its CUDA graphs (the
   dispatcher's next entry, the fused recurrence launching its kernels step by step), to show what the graphs gain at
   each batch size; the graphs captured in each pass (the untimed one first: a graph dropped when the static buffers
-  grow is captured again, and a capture runs its blocks once before recording them; `--repeats` passes are timed, the best reported);
+  grow is captured again, and a capture runs its blocks once before recording them; `--repeats` passes are timed,
+  the best reported);
 - training, `ElmoForPreTraining` forward, backward and Adam step as dispatched (the training kernel with Triton
   steps, `gpu_kernels.TRITON_STEPS`), through the reference modules (`elmo_implementation="eager"`, autograd), and
   the cuDNN build of `bench_training.py` (same loss, no clipping; with and without TF32), ptb and original
