@@ -349,19 +349,18 @@ def graph_rows(rows: int) -> int:
 
 
 def graph_key(
-    inputs: torch.Tensor, capacity: int, first_block: int, blocks: int, rows: int, linears: LstmLinears,
-    cell_clip: float | None, projection_clip: float | None,
+    inputs: torch.Tensor, capacity: int, linears: LstmLinears, cell_clip: float | None, projection_clip: float | None
 ) -> tuple:
-    """What a graph of `graphed_recurrence` depends on: device and dtype first (`RecurrenceGraphs.static`), where its
-    blocks lie in the static buffers (their row capacity, the first block and how many) and the rows it computes, the
-    clips, and where and how each weight lies in memory (a graph reads the weights at the addresses it was captured
-    with, so it computes with their current values; a weight replaced or moved is another key)."""
+    """What every graph of a `graphed_recurrence` call depends on, before its run of blocks (`block_runs`: the first
+    block, how many, the rows it computes) is appended: device and dtype first (`RecurrenceGraphs.static`), the row
+    capacity of the static buffers' blocks and the input width, the clips, and where and how each weight lies in
+    memory (a graph reads the weights at the addresses it was captured with, so it computes with their current
+    values; a weight replaced or moved is another key)."""
     weights = tuple(
         None if linear is None else tuple((p.data_ptr(), p.shape, p.stride()) for p in linear.parameters())
         for linear in linears
     )
-    where = (capacity, first_block, blocks, rows, inputs.shape[-1])
-    return inputs.device, inputs.dtype, *where, cell_clip, projection_clip, weights
+    return inputs.device, inputs.dtype, capacity, inputs.shape[-1], cell_clip, projection_clip, weights
 
 
 def block_runs(block_rows: list[int]) -> list[tuple[int, int, int]]:
@@ -389,7 +388,8 @@ def block_layout(
     block_rows = [graph_rows(int(rows[start])) for start in range(0, steps, GATE_BLOCK_STEPS)]
     token_steps = torch.repeat_interleave(torch.arange(steps), rows)
     rows_of_step = torch.tensor(block_rows, dtype=torch.long).repeat_interleave(GATE_BLOCK_STEPS)[token_steps]
-    row_in_step = torch.arange(len(token_steps)) - (rows.cumsum(0) - rows)[token_steps]
+    step_starts = torch.tensor(step_positions(running_rows), dtype=torch.long)
+    row_in_step = torch.arange(len(token_steps)) - step_starts[token_steps]
     block, step_in_block = token_steps // GATE_BLOCK_STEPS, token_steps % GATE_BLOCK_STEPS
     places = block * GATE_BLOCK_STEPS * capacity + step_in_block * rows_of_step + row_in_step
     with torch.inference_mode(False):  # usable by calls made outside inference mode too
@@ -442,11 +442,9 @@ def graphed_recurrence(
                 )  # fmt: skip
 
         # Every graph of the call first (a capture's warm-up run writes the static buffers), then the call's data.
+        key = graph_key(inputs, capacity, linears, cell_clip, projection_clip)
         replays = [
-            RecurrenceGraphs.graph(
-                graph_key(inputs, capacity, *run, linears, cell_clip, projection_clip),
-                functools.partial(body, *run), inputs.device,
-            )
+            RecurrenceGraphs.graph((*key, *run), functools.partial(body, *run), inputs.device)
             for run in block_runs(block_rows)
         ]
         static["inputs"].view(-1, width).index_copy_(0, places, inputs.reshape(-1, width))
