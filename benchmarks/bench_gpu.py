@@ -72,7 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import transformers  # noqa: E402
 from bench_embed import StandIn  # noqa: E402
 from bench_inference import flops_per_word, recurrent_bytes_per_step, synthetic_corpus  # noqa: E402
-from bench_training import TorchLstmBiLm, forward_flops, sentences  # noqa: E402
+from bench_training import TorchLstmBiLm, forward_flops, pretraining_batch, sentences  # noqa: E402
 
 from elmo_hf import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer  # noqa: E402
 from elmo_hf.gpu_kernels import CudaGraphs, RecurrenceGraphs, triton_available  # noqa: E402
@@ -308,15 +308,12 @@ def embed_rows(args, device: torch.device) -> Iterator[str]:
 
 def training_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
     """One row per architecture and batch size: elmo-hf and the cuDNN build, steps interleaved."""
-    from elmo_hf.corpus.data import DataCollatorForElmoPreTraining, ElmoWordVocabulary
-
     for architecture in args.train_architectures:
         config = ElmoConfig(**PRESETS[architecture], word_vocab_size=VOCABULARY_SIZE, pretraining_dropout=0.0)
         for batch_size in args.train_batch_sizes:
             text = sentences(batch_size)
             words = sum(map(len, text))
-            vocabulary = ElmoWordVocabulary(["</S>", "<S>", "<UNK>", *dict.fromkeys(w for row in text for w in row)])
-            batch = DataCollatorForElmoPreTraining(vocabulary)([{"words": row} for row in text])
+            batch = pretraining_batch(text)
             flops = 3 * forward_flops(config, words, len(text))
             torch.manual_seed(0)
             elmo = ElmoForPreTraining(config).train().to(device)
@@ -456,8 +453,6 @@ def profile_rows(args, device: torch.device) -> Iterator[str]:
     another call (cProfile: the Python functions taking the most time of their own)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from elmo_hf.corpus.data import DataCollatorForElmoPreTraining, ElmoWordVocabulary
-
     config = ElmoConfig(**PRESETS[args.architecture])
     batch = synthetic_corpus(args.profile_batch_size)
     inputs = ElmoTokenizer()(batch, is_split_into_words=True, padding=True, return_tensors="pt").to(device)
@@ -471,9 +466,7 @@ def profile_rows(args, device: torch.device) -> Iterator[str]:
     architecture, batch_size = args.train_architectures[-1], args.train_batch_sizes[-1]
     training_config = ElmoConfig(**PRESETS[architecture], word_vocab_size=VOCABULARY_SIZE, pretraining_dropout=0.0)
     text = sentences(batch_size)
-    vocabulary = ElmoWordVocabulary(["</S>", "<S>", "<UNK>", *dict.fromkeys(w for row in text for w in row)])
-    collated = DataCollatorForElmoPreTraining(vocabulary)([{"words": row} for row in text])
-    collated = {key: value.to(device) for key, value in collated.items()}
+    collated = {key: value.to(device) for key, value in pretraining_batch(text).items()}
     trained = ElmoForPreTraining(training_config).train().to(device)
     calls[f"training {architecture}, batch {batch_size}"] = (lambda: trained(**collated).loss.backward(), False)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])

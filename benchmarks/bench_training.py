@@ -99,6 +99,12 @@ def sentences(batch_size: int) -> list[list[str]]:
     return [[f"w{int(i)}" for i in torch.randint(0, 5000, (21,), generator=generator)] for _ in range(batch_size)]
 
 
+def pretraining_batch(rows: list[list[str]]) -> dict[str, torch.Tensor]:
+    """`rows` collated for `ElmoForPreTraining` over a vocabulary of their own words (and the three specials)."""
+    vocabulary = ElmoWordVocabulary(["</S>", "<S>", "<UNK>", *dict.fromkeys(word for row in rows for word in row)])
+    return DataCollatorForElmoPreTraining(vocabulary)([{"words": row} for row in rows])
+
+
 def forward_flops(config: ElmoConfig, words: int, sentences: int) -> float:
     """Multiply-adds x 2 of one forward pass over a batch: token layer and LSTMs on words and boundaries, the
     softmax on the `words + sentences` predictions of each direction."""
@@ -163,10 +169,8 @@ def main() -> None:
     torch.manual_seed(0)
 
     rows = sentences(args.batch_size)
-    words = [word for row in rows for word in row]
-    vocabulary = ElmoWordVocabulary(["</S>", "<S>", "<UNK>", *dict.fromkeys(words)])
-    batch = DataCollatorForElmoPreTraining(vocabulary)([{"words": row} for row in rows])
-    num_words = len(words)
+    batch = pretraining_batch(rows)
+    num_words = sum(map(len, rows))
 
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"{args.threads} threads; batch {len(rows)} sentences, {num_words} words; load average "
