@@ -42,6 +42,7 @@ import contextlib
 import datetime
 import errno
 import fcntl
+import functools
 import glob
 import hashlib
 import json
@@ -369,6 +370,7 @@ class PartWriter:
         self.number = max((int(path.stem.split("-")[1]) + 1 for path in folder.glob("part-*.hdf5")), default=0)
         self.file: h5py.File | None = None
         self.guard: GuardedFile | None = None
+        self.current = self.path()
         self.part_index: dict[str, int] = {}
         self.part_shapes: dict[int, tuple[int, ...]] = {}
         self.opened = 0.0
@@ -390,7 +392,8 @@ class PartWriter:
 
     def write(self, sentence: Sentence, vectors: np.ndarray):
         if self.file is None:
-            self.guard = GuardedFile(self.path().with_suffix(".tmp"))
+            self.current = self.path()  # one Path per part: `sources` holds it for each of the part's keys
+            self.guard = GuardedFile(self.current.with_suffix(".tmp"))
             self.file = h5py.File(self.guard, "w")
             self.file.attrs[SETTINGS_ATTR] = json.dumps(self.settings)
             self.opened = time.monotonic()
@@ -400,7 +403,7 @@ class PartWriter:
         if sentence.key > self.part_index.get(sentence.text, -1):
             self.part_index[sentence.text] = sentence.key
         self.add_index(sentence)
-        self.sources[sentence.key] = self.path()
+        self.sources[sentence.key] = self.current
         if len(self.part_shapes) >= self.part_size or time.monotonic() - self.opened > PART_SECONDS:
             self.close_part()
 
@@ -439,23 +442,41 @@ class PartWriter:
             self.sources.pop(key, None)
 
 
+@functools.cache
+def hdf5_types(dtype: np.dtype) -> tuple[h5py.h5t.TypeID, h5py.h5t.TypeID]:
+    """HDF5's file and memory types of `dtype` (made once: each `py_create` costs as much as a small write)."""
+    return h5py.h5t.py_create(dtype, logical=True), h5py.h5t.py_create(dtype)
+
+
+@functools.lru_cache(maxsize=4096)
+def dataspace(shape: tuple[int, ...]) -> h5py.h5s.SpaceID:
+    """HDF5's dataspace of `shape` (a sentence length's is made once; HDF5 copies it into each dataset)."""
+    return h5py.h5s.create_simple(shape)
+
+
+@functools.cache
+def dataset_properties() -> h5py.h5p.PropDCID:
+    """How every line's dataset is created: contiguous, without modification times (made once, read-only)."""
+    properties = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    properties.set_obj_track_times(False)
+    return properties
+
+
 def write_vectors(file: h5py.File, key: int, vectors: np.ndarray, hashed: str) -> None:
     """Line `key`'s dataset with its line hash, as `file.create_dataset(str(key), data=vectors).attrs[LINE_ATTR] =
     hashed` writes it (contiguous, no modification times, the hash a variable-length UTF-8 string), through h5py's
-    low-level calls: h5py's high-level ones spent more time in Python than HDF5 spent writing (`bench_embed.py`)."""
-    properties = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-    properties.set_obj_track_times(False)
+    low-level calls with the types and properties made once: h5py's high-level calls, and making those for every
+    line, took more time in Python than HDF5 spent writing (`bench_embed.py`)."""
     vectors = np.ascontiguousarray(vectors)
+    file_type, memory_type = hdf5_types(vectors.dtype)
     dataset = h5py.h5d.create(
-        file.id, str(key).encode(), h5py.h5t.py_create(vectors.dtype, logical=True),
-        h5py.h5s.create_simple(vectors.shape), dcpl=properties,
+        file.id, str(key).encode(), file_type, dataspace(vectors.shape), dcpl=dataset_properties()
     )
-    dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, vectors)
+    dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, vectors, mtype=memory_type)
     string = h5py.string_dtype()
-    attribute = h5py.h5a.create(
-        dataset, LINE_ATTR.encode(), h5py.h5t.py_create(string, logical=True), h5py.h5s.create_simple(())
-    )
-    attribute.write(np.array(hashed, dtype=string), mtype=h5py.h5t.py_create(string))
+    string_file, string_memory = hdf5_types(string)
+    attribute = h5py.h5a.create(dataset, LINE_ATTR.encode(), string_file, dataspace(()))
+    attribute.write(np.array(hashed, dtype=string), mtype=string_memory)
 
 
 def write_index(file: h5py.File, index: dict[str, int]):
@@ -726,7 +747,8 @@ class EmbedRun:
                     words = text.split() if self.settings["split"] == "whitespace" else tokenizer.tokenize(text)
                     sentence = Sentence(key, text, words)
                     if (
-                        existing.hashes.get(key) == line_hash(text)
+                        key in existing.hashes
+                        and existing.hashes[key] == line_hash(text)
                         and existing.shapes[key] == expected_shape(self.settings, len(words), num_layers, dim)
                     ):
                         put(results, ("keep", sentence, existing.files[key]), self.stop)
