@@ -27,6 +27,7 @@ from elmo_hf.corpus.embed import (
     mix_for,
     select_layers,
     sentence_vectors,
+    write_vectors,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,6 +144,36 @@ def test_sentence_vectors_are_each_rows_words_in_one_host_copy(layers):
             expected = (selected[row, :, :words] if layers == "all" else selected[row, :words]).to(dtype).numpy()
             assert array.shape == expected.shape and array.dtype == expected.dtype and array.flags.c_contiguous
             assert array.tobytes() == expected.tobytes()
+
+
+def test_write_vectors_writes_what_h5pys_create_dataset_writes(tmp_path):
+    """Each line's dataset, written with types and properties made once, is what `create_dataset(key, data=vectors)`
+    and a line-hash attribute write: dtype, shape, bytes, contiguous layout without modification times, the hash a
+    variable-length UTF-8 string. Several dtypes, shapes and files in turn (the made-once objects shared by all)."""
+    rng = np.random.default_rng(0)
+    arrays = [
+        rng.standard_normal((3, 5, 8)).astype(np.float32), rng.standard_normal((4, 8)).astype(np.float16),
+        np.zeros((0, 8), np.float16), rng.standard_normal((3, 5, 8)).astype(np.float32)[:, ::2],
+    ]  # fmt: skip
+    for round_ in range(2):
+        ours, theirs = h5py.File(tmp_path / f"ours{round_}.h5", "w"), h5py.File(tmp_path / f"theirs{round_}.h5", "w")
+        with ours, theirs:
+            for key, vectors in enumerate(arrays):
+                write_vectors(ours, key, vectors, f"hash {key}")
+                dataset = theirs.create_dataset(str(key), data=vectors, track_times=False)
+                dataset.attrs["elmo_hf_line_sha256"] = f"hash {key}"
+            for key, vectors in enumerate(arrays):
+                mine, expected = ours[str(key)], theirs[str(key)]
+                assert mine.dtype == vectors.dtype and mine.shape == vectors.shape
+                np.testing.assert_array_equal(mine[()], vectors)
+                assert mine.id.get_type() == expected.id.get_type()
+                assert mine.id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS
+                assert expected.id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS
+                assert h5py.h5o.get_info(mine.id).ctime == h5py.h5o.get_info(expected.id).ctime == 0  # no times
+                assert dict(mine.attrs) == dict(expected.attrs) == {"elmo_hf_line_sha256": f"hash {key}"}
+                attribute = h5py.h5a.open(mine.id, b"elmo_hf_line_sha256")
+                assert attribute.get_type() == h5py.h5a.open(expected.id, b"elmo_hf_line_sha256").get_type()
+                assert attribute.get_type().is_variable_str() and attribute.get_type().get_cset() == h5py.h5t.CSET_UTF8
 
 
 @pytest.mark.parametrize("value, dtype", [(math.nan, torch.float32), (-math.inf, torch.float32), (7e4, torch.float16)])
