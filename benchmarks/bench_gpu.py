@@ -34,9 +34,10 @@ What it prints:
   torch's defaults; before timing, the dispatched step's and the reference step's loss and every gradient against
   the float64 reference step's on the same batch (max abs difference relative to the largest value, and which
   parameter it is);
-- `elmo-hf embed` (`embed_corpus`, its defaults: all layers as float32 vectors, through part files and a merge) over
-  `--embed-sentences` synthetic lines at `--embed-batch-size`, the model loaded from a saved folder in float32 and in
-  bfloat16 (issue 25's goal 3): words/s of the run (first line read to last part written) and of the whole call, the
+- `elmo-hf embed` (`embed_corpus`, through part files and a merge) over `--embed-sentences` synthetic lines at
+  `--embed-batch-size`, the model loaded from a saved folder in float32 and in bfloat16 (issue 25's goal 3), storing
+  the command's default (all layers as float32 vectors, 12 KiB a word of the original) and the top layer as float16
+  (2 KiB a word): words/s of the run (first line read to last part written) and of the whole call, the
   seconds loading the weights took, the seconds before the first batch reached the model (counting lines, the
   model's fingerprint, reading and encoding the first batch) and the first batch's own (compiling and capturing
   included); then the same with `bench_embed.py`'s stand-in, a model that costs nothing: the command's ceiling on
@@ -88,6 +89,8 @@ from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, ls
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # exactness: against float64, and the Triton recurrences; profile: kernels launched and where the GPU's time goes
 SECTIONS = ("inference", "training", "embed", "exactness", "profile")
+# What the embed rows store (`--layers`, `--dtype`): the command's default, and the top layer in float16.
+EMBED_OUTPUTS = (("all", "float32"), ("top", "float16"))
 VOCABULARY_SIZE = 10_002
 
 
@@ -272,9 +275,9 @@ class FirstCall(nn.Module):
 
 
 def embed_rows(args, device: torch.device) -> Iterator[str]:
-    """`embed_corpus` (what `elmo-hf embed` runs, its defaults: all layers, float32 vectors) over `--embed-sentences`
-    lines at `--embed-batch-size`, the model loaded from a saved folder in float32 and in bfloat16, then
-    `bench_embed.py`'s stand-in (a model that costs nothing: the command's ceiling on this host)."""
+    """`embed_corpus` (what `elmo-hf embed` runs) over `--embed-sentences` lines at `--embed-batch-size`, storing each
+    of `EMBED_OUTPUTS`, the model loaded from a saved folder in float32 and in bfloat16, then `bench_embed.py`'s
+    stand-in (a model that costs nothing: the command's ceiling on this host)."""
     config = ElmoConfig(**PRESETS[args.architecture])
     lines = [" ".join(words) for words in synthetic_corpus(args.embed_sentences, seed=1)]
     with tempfile.TemporaryDirectory() as scratch:
@@ -292,18 +295,21 @@ def embed_rows(args, device: torch.device) -> Iterator[str]:
                 model = ElmoModel.from_pretrained(folder).to(device, dtype)
             synchronize(device)
             loading = time.perf_counter() - start
-            timed = FirstCall(model.eval(), device).eval()
-            start = time.perf_counter()
-            summary = embed_corpus(
-                source, output, model=(timed, ElmoTokenizer.from_pretrained(folder)),
-                batch_size=args.embed_batch_size, overwrite=True, progress=False,
-            )
-            whole = time.perf_counter() - start
-            yield (
-                f"| {build} | {summary.words / summary.seconds:,.0f} | {summary.words / whole:,.0f} | {loading:.1f} | "
-                f"{timed.started - start:.1f} | {timed.finished - timed.started:.1f} |"
-            )
-            del model, timed
+            for layers, vectors_dtype in EMBED_OUTPUTS:
+                timed = FirstCall(model.eval(), device).eval()
+                start = time.perf_counter()
+                summary = embed_corpus(
+                    source, output, model=(timed, ElmoTokenizer.from_pretrained(folder)), layers=layers,
+                    dtype=vectors_dtype, batch_size=args.embed_batch_size, overwrite=True, progress=False,
+                )
+                whole = time.perf_counter() - start
+                yield (
+                    f"| {build} | {layers} {vectors_dtype} | {summary.words / summary.seconds:,.0f} | "
+                    f"{summary.words / whole:,.0f} | {loading:.1f} | {timed.started - start:.1f} | "
+                    f"{timed.finished - timed.started:.1f} |"
+                )
+                del timed
+            del model
 
 
 def training_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
@@ -572,9 +578,10 @@ def main() -> int:
 
     if "embed" in args.sections:
         print(f"\nelmo-hf embed (embed_corpus), {args.architecture}, {args.embed_sentences} lines, batch "
-              f"{args.embed_batch_size}, all layers as float32 vectors")
-        print("| build | run words/s | whole call words/s | loading s | before the first batch s | first batch s |")
-        print("|---|---|---|---|---|---|")
+              f"{args.embed_batch_size}; the model's first call per stored output")
+        print("| build | vectors | run words/s | whole call words/s | loading s | before the first batch s | "
+              "first batch s |")
+        print("|---|---|---|---|---|---|---|")
         for row in embed_rows(args, device):
             print(row)
 

@@ -133,8 +133,9 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     assert only.returncode == 0 and "elmo-hf embed (embed_corpus)" in only.stdout
     assert "inference," not in only.stdout and "training step" not in only.stdout and "max abs" not in only.stdout
     embed = [[cell.strip() for cell in row] for row in rows if row[0].strip() in embed_builds]
-    assert [row[0] for row in embed] == embed_builds
-    assert all(float(row[1].replace(",", "")) > 0 and float(row[4]) >= 0 for row in embed)
+    assert [row[:2] for row in embed] == [[build, vectors] for build in embed_builds
+                                          for vectors in ("all float32", "top float16")]
+    assert all(float(row[2].replace(",", "")) > 0 and float(row[5]) >= 0 for row in embed)
     assert "dispatcher, float32 training: recurrence training" in result.stdout  # on a CPU, the CPU's kernel
     for build in ("dispatched", "reference"):
         check = next(line for line in result.stdout.splitlines() if f"{build} step against float64" in line)
