@@ -236,7 +236,13 @@ class CudaGraphs:
         """`body` (no host synchronisation) captured into a CUDA graph whose temporaries come from `pool`, after one
         run on the device's side stream (which compiles Triton's kernels and readies cuBLAS); returns the graph's
         replay. One side stream per device for every capture: cuBLAS keeps a workspace per stream (32 MiB on a
-        Hopper GPU), so a new stream per capture took up to 1 GiB more for a process's first graphs."""
+        Hopper GPU), so a new stream per capture took up to 1 GiB more for a process's first graphs.
+
+        Captured with `CUDAGraph.capture_begin` and `capture_end`, as `torch.cuda.graph` does, but without what that
+        context adds before each capture: a synchronisation of the whole device and the release of torch's cached
+        device and pinned host memory (`torch.cuda.empty_cache`), which would stall every stream and send the
+        process's next allocations (the user's included) back to the driver, at each of the several captures a
+        batch of new lengths can bring."""
         with torch.cuda.device(device):
             if device not in cls.streams:
                 cls.streams[device] = torch.cuda.Stream(device)
@@ -248,8 +254,12 @@ class CudaGraphs:
             graph = torch.cuda.CUDAGraph()
             # On the device's own side stream (torch's default capture stream is made on whichever device is current
             # at its first use); "thread_local": another thread's CUDA calls (a data loader's) do not break it.
-            with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
-                body()
+            with torch.cuda.stream(stream):
+                graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+                try:
+                    body()
+                finally:
+                    graph.capture_end()
 
         def replay() -> None:
             with torch.cuda.device(device):

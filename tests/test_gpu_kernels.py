@@ -3,10 +3,12 @@ whole model through them gives the reference's results (Triton's kernels in its 
 changes, and the model and its saved folder's code work without Triton. Their agreement with the reference on random
 batches is the contract test's (`test_implementations.py`)."""
 
+import contextlib
 import os
 import subprocess
 import sys
 import threading
+from unittest import mock
 
 import pytest
 import torch
@@ -107,6 +109,59 @@ def test_the_buffers_grow_at_least_twofold_so_rising_lengths_drop_the_graphs_a_f
     inputs = RecurrenceGraphs.buffers[(CPU, torch.float64)]["inputs"]
     assert inputs.numel() == 8 * 8 * 4 * linears.input_to_gates.in_features  # 5 blocks needed, 8 made: 4 doubled
     assert len(EagerGraphs.captures) == 5 and len(RecurrenceGraphs.graphs) == 1
+
+
+def test_a_capture_runs_its_body_once_then_records_it_without_emptying_torchs_caches(monkeypatch):
+    """`CudaGraphs.capture` with CUDA's calls stood in (CI has no GPU; torch's own `CUDAGraph` signatures checked by
+    autospec): the body runs once on the device's side stream, then between `capture_begin` (the pool, errors
+    thread-local) and `capture_end` on that stream; no device synchronisation and no release of torch's caches, which
+    `torch.cuda.graph` would do before each capture; the replay replays the graph; one side stream for two captures."""
+    events: list = []
+    current = [None]
+
+    class Stream:
+        def __init__(self, device=None):
+            events.append("new stream")
+
+        def wait_stream(self, other):
+            pass
+
+    @contextlib.contextmanager
+    def on_stream(stream):
+        previous, current[0] = current[0], stream
+        yield
+        current[0] = previous
+
+    def refused(name):
+        def call(*args, **kwargs):
+            raise AssertionError(f"{name} called")
+
+        return call
+
+    graph = mock.create_autospec(torch.cuda.CUDAGraph, instance=True)
+    graph.capture_begin.side_effect = lambda **kwargs: events.append(("begin", current[0], kwargs))
+    graph.capture_end.side_effect = lambda: events.append(("end", current[0]))
+    graph.replay.side_effect = lambda: events.append("replay")
+    monkeypatch.setattr(gpu_kernels.CudaGraphs, "streams", {})
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    the_current = Stream()
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: the_current)
+    monkeypatch.setattr(torch.cuda, "stream", on_stream)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: graph)
+    for name in ("synchronize", "empty_cache", "graph"):
+        monkeypatch.setattr(torch.cuda, name, refused(f"torch.cuda.{name}"))
+    device, pool = torch.device("cuda", 0), ("pool", 0)
+    replays = [
+        gpu_kernels.CudaGraphs.capture(lambda: events.append(("body", current[0])), device, pool) for _ in range(2)
+    ]
+    side = gpu_kernels.CudaGraphs.streams[device]
+    once = [("body", side), ("begin", side, {"pool": pool, "capture_error_mode": "thread_local"}), ("body", side),
+            ("end", side)]  # fmt: skip
+    assert events == ["new stream", "new stream", *once, *once]  # the current stream's stand-in, the side stream
+    events.clear()
+    replays[0]()
+    assert events == ["replay"]
 
 
 def test_each_block_of_a_packed_batch_computes_the_rows_running_at_its_first_step():
