@@ -12,10 +12,12 @@ tensors made once), as a model on a GPU costs the host nothing but its launches;
 with them runs as it does for a real model, on the CPU. The corpus is `bench_inference.py`'s synthetic one, or the
 lines of `--text` files as they are (one sentence a line, whitespace-split).
 
-Columns: run words/s (`EmbedSummary.seconds`: first line read to last part written), the seconds of the call outside
-the run ("other s": counting the lines, the model's fingerprint, the final merge and its checks), total words/s (the
-whole call of `embed_corpus`), the output's size, and the rate it was written at over the whole call (MB/s; the merge
-writes it a second time). The header
+Columns: run words/s (`EmbedSummary.seconds`: first line read to last part written), the CPU time of the run's
+reader, main (the model and the gathering of the vectors) and writer threads as a share of the run
+(`EmbedSummary.thread_seconds`: a thread near 100% bounds the run; together they cannot pass the cores, nor, for their
+Python, one core's worth of the GIL), the seconds of the call outside the run ("other s": counting the lines, the
+model's fingerprint, the final merge and its checks), total words/s (the whole call of `embed_corpus`), the output's
+size, and the rate it was written at over the whole call (MB/s; the merge writes it a second time). The header
 gives the CPU, the load average, and the rate at which the output's folder takes a fresh 1 GiB file (written and
 synced): the vectors of `--layers all` in float32 are 12 KiB a word for the original architecture, so that rate
 alone bounds the command.
@@ -110,8 +112,9 @@ def main() -> int:
         print(f"{scratch} takes a fresh 1 GiB file at {write_rate(scratch):,.0f} MB/s (written and synced)")
         print(f"{args.architecture} architecture (stand-in), {len(lines):,} sentences, {words:,} words, "
               f"batch {args.batch_size}\n")
-        print("| layers | dtype | run words/s | other s | total words/s | output MiB | written MB/s |")
-        print("|---|---|---|---|---|---|---|")
+        print("| layers | dtype | run words/s | reader CPU | main CPU | writer CPU | other s | total words/s | "
+              "output MiB | written MB/s |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         model, tokenizer = StandIn(config).eval(), ElmoTokenizer()
         for layers in args.layers:
             for dtype in args.dtypes:
@@ -123,9 +126,13 @@ def main() -> int:
                 )
                 total = time.perf_counter() - start
                 size = output.stat().st_size
+                busy = " | ".join(
+                    f"{100 * summary.thread_seconds[name] / summary.seconds:.0f}%" for name in ("reader", "main", "writer")
+                )
                 print(
-                    f"| {layers} | {dtype} | {summary.words / summary.seconds:,.0f} | {total - summary.seconds:.1f} | "
-                    f"{summary.words / total:,.0f} | {size / 2**20:,.0f} | {size / total / 1e6:,.0f} |"
+                    f"| {layers} | {dtype} | {summary.words / summary.seconds:,.0f} | {busy} | "
+                    f"{total - summary.seconds:.1f} | {summary.words / total:,.0f} | {size / 2**20:,.0f} | "
+                    f"{size / total / 1e6:,.0f} |"
                 )
                 output.unlink()
     finally:

@@ -166,4 +166,6 @@ def test_embed_benchmark_runs_the_command_around_a_stand_in_and_prints_its_rates
     assert [(row["layers"], row["dtype"]) for row in rows] == [("all", "float16"), ("top", "float16")]
     for row in rows:
         assert float(row["run words/s"].replace(",", "")) > 0 and float(row["total words/s"].replace(",", "")) > 0
+        # each of the run's threads' CPU time as a share of the run (a thread may use more than one core)
+        assert all(int(row[f"{thread} CPU"].removesuffix("%")) >= 0 for thread in ("reader", "main", "writer"))
     assert "takes a fresh 1 GiB file at" in output and "CPU:" in output

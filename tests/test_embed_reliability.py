@@ -327,6 +327,9 @@ def test_the_library_function_takes_typed_options_and_refuses_bad_ones(model_dir
     source = write_lines(tmp_path / "in.txt", LINES)
     summary = embed_corpus(source, tmp_path / "out.hdf5", model=model_dir, layers="top", progress=False)
     assert summary.sentences == len(LINES) - 1 and summary.merged and summary.target == tmp_path / "out.hdf5"
+    # the CPU time of the run's threads: each of the three ran, the main thread (the model) within the run's time
+    assert sorted(summary.thread_seconds) == ["main", "reader", "writer"]
+    assert min(summary.thread_seconds.values()) >= 0 and 0 < summary.thread_seconds["main"] <= 2 * summary.seconds
     model = ElmoModel.from_pretrained(model_dir).eval()
     with open(source, encoding="latin-1") as stream:  # a text stream: its bytes are read, as UTF-8
         embed_corpus(stream, tmp_path / "pair.hdf5", model=(model, ElmoTokenizer()), layers="top", progress=False)

@@ -52,8 +52,8 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
@@ -113,6 +113,10 @@ class EmbedSummary:
     rank: int
     world_size: int
     merged: bool  # OUTPUT holds every line (one process, or rank 0 merged the shards)
+    # CPU seconds of the run's "reader" and "writer" threads and of its "main" thread (the model and the gathering of
+    # the vectors; torch's own compute threads not counted) from the first line read to the last written: one near
+    # `seconds` is what bounds the run.
+    thread_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def shard_path(output: Path, rank: int, world_size: int) -> Path:
@@ -659,6 +663,7 @@ class EmbedRun:
         self.failed = False  # the run failed (not interrupted): the writer drops its open part rather than keep it
         self.input_digest = hashlib.sha256()
         self.input_lines = 0
+        self.thread_seconds: dict[str, float] = {}  # `EmbedSummary.thread_seconds`
 
     def prepare(self) -> ExistingVectors:
         """Takes the `.partial` folder (fresh, or resumed) under this process's lock and scans what earlier runs
@@ -730,7 +735,7 @@ class EmbedRun:
             disable=not job.progress,
             dynamic_ncols=True,
         )
-        start = time.perf_counter()
+        start, main_start = time.perf_counter(), time.thread_time()
 
         def sentences() -> Iterator[Sentence]:
             """This process's lines; those complete from an earlier run (same line, same shape) and empty ones go
@@ -806,8 +811,8 @@ class EmbedRun:
                 self.writer_error = cause
                 self.stop.set()
 
-        reader_thread = threading.Thread(target=read, name="elmo-embed-reader", daemon=True)
-        writer_thread = threading.Thread(target=write, name="elmo-embed-writer", daemon=True)
+        reader_thread = threading.Thread(target=self.timed("reader", read), name="elmo-embed-reader", daemon=True)
+        writer_thread = threading.Thread(target=self.timed("writer", write), name="elmo-embed-writer", daemon=True)
         reader_thread.start()
         writer_thread.start()
         try:
@@ -832,12 +837,25 @@ class EmbedRun:
         if self.writer_error is not None:
             raise self.writer_error
         seconds = time.perf_counter() - start
+        self.thread_seconds["main"] = time.thread_time() - main_start
         input_identity = {"sha256": self.input_digest.hexdigest(), "lines": self.input_lines}
         merge_into(self.target, writer.sources, writer.index, self.settings, input_identity, self.partial)
         shutil.rmtree(self.partial)
         self.lock.close()
         self.lock = None
         return seconds
+
+    def timed(self, name: str, function: Callable[[], None]) -> Callable[[], None]:
+        """`function`, recording the CPU seconds of the thread it runs in as `thread_seconds[name]`."""
+
+        def run():
+            start = time.thread_time()
+            try:
+                function()
+            finally:
+                self.thread_seconds[name] = time.thread_time() - start
+
+        return run
 
     def vectors(self, model, mix, input_ids, attention_mask, batch: list[Sentence]) -> list[np.ndarray]:
         """The requested layers of a batch as a float32 or float16 array per sentence (`sentence_vectors`)."""
@@ -1226,7 +1244,7 @@ def embed_corpus(
             torch.distributed.destroy_process_group()
     return EmbedSummary(
         target, embedding.sentences_embedded, embedding.words_embedded, seconds, rank, world_size,
-        merged=world_size == 1 or group,
+        merged=world_size == 1 or group, thread_seconds=embedding.thread_seconds,
     )
 
 
