@@ -73,6 +73,14 @@ class StandIn(nn.Module):
         return BaseModelOutput(last_hidden_state=layers[-1], hidden_states=layers)
 
 
+def thread_shares(summary) -> str:
+    """The CPU time of an embed run's reader, main and writer threads (`EmbedSummary.thread_seconds`) as shares of the
+    run, as three table cells."""
+    return " | ".join(
+        f"{100 * summary.thread_seconds[name] / summary.seconds:.0f}%" for name in ("reader", "main", "writer")
+    )
+
+
 def write_rate(folder: Path, num_bytes: int = 2**30) -> float:
     """MB/s at which `folder` takes a fresh file of `num_bytes`, written in 64 MiB blocks and synced."""
     block = os.urandom(64 * 2**20)
@@ -126,11 +134,8 @@ def main() -> int:
                 )
                 total = time.perf_counter() - start
                 size = output.stat().st_size
-                busy = " | ".join(
-                    f"{100 * summary.thread_seconds[name] / summary.seconds:.0f}%" for name in ("reader", "main", "writer")
-                )
                 print(
-                    f"| {layers} | {dtype} | {summary.words / summary.seconds:,.0f} | {busy} | "
+                    f"| {layers} | {dtype} | {summary.words / summary.seconds:,.0f} | {thread_shares(summary)} | "
                     f"{total - summary.seconds:.1f} | {summary.words / total:,.0f} | {size / 2**20:,.0f} | "
                     f"{size / total / 1e6:,.0f} |"
                 )

@@ -40,8 +40,9 @@ What it prints:
   (2 KiB a word): words/s of the run (first line read to last part written) and of the whole call, the
   seconds loading the weights took, the seconds before the first batch reached the model (counting lines, the
   model's fingerprint, reading and encoding the first batch) and the first batch's own (compiling and capturing
-  included); then the same with `bench_embed.py`'s stand-in, a model that costs nothing: the command's ceiling on
-  this machine's host side;
+  included), and the CPU time of the run's reader, main and writer threads as shares of the run
+  (`EmbedSummary.thread_seconds`); then the same with `bench_embed.py`'s stand-in, a model that costs nothing: the
+  command's ceiling on this machine's host side;
 - exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
   dispatched, float32 through the reference modules, and bfloat16; the graphed and the fused Triton recurrence
@@ -71,7 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import transformers  # noqa: E402
-from bench_embed import StandIn  # noqa: E402
+from bench_embed import StandIn, thread_shares  # noqa: E402
 from bench_inference import flops_per_word, recurrent_bytes_per_step, synthetic_corpus  # noqa: E402
 from bench_training import TorchLstmBiLm, forward_flops, pretraining_batch, sentences  # noqa: E402
 
@@ -306,7 +307,7 @@ def embed_rows(args, device: torch.device) -> Iterator[str]:
                 yield (
                     f"| {build} | {layers} {vectors_dtype} | {summary.words / summary.seconds:,.0f} | "
                     f"{summary.words / whole:,.0f} | {loading:.1f} | {timed.started - start:.1f} | "
-                    f"{timed.finished - timed.started:.1f} |"
+                    f"{timed.finished - timed.started:.1f} | {thread_shares(summary)} |"
                 )
                 del timed
             del model
@@ -580,8 +581,8 @@ def main() -> int:
         print(f"\nelmo-hf embed (embed_corpus), {args.architecture}, {args.embed_sentences} lines, batch "
               f"{args.embed_batch_size}; the model's first call per stored output")
         print("| build | vectors | run words/s | whole call words/s | loading s | before the first batch s | "
-              "first batch s |")
-        print("|---|---|---|---|---|---|---|")
+              "first batch s | reader CPU | main CPU | writer CPU |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for row in embed_rows(args, device):
             print(row)
 

@@ -136,6 +136,7 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     assert [row[:2] for row in embed] == [[build, vectors] for build in embed_builds
                                           for vectors in ("all float32", "top float16")]
     assert all(float(row[2].replace(",", "")) > 0 and float(row[5]) >= 0 for row in embed)
+    assert all(int(share.removesuffix("%")) >= 0 for row in embed for share in row[7:10])  # reader, main, writer CPU
     assert "dispatcher, float32 training: recurrence training" in result.stdout  # on a CPU, the CPU's kernel
     for build in ("dispatched", "reference"):
         check = next(line for line in result.stdout.splitlines() if f"{build} step against float64" in line)
