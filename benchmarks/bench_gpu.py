@@ -40,8 +40,8 @@ What it prints:
   (2 KiB a word): words/s of the run (first line read to last part written) and of the whole call, the
   seconds loading the weights took, the seconds before the first batch reached the model (counting lines, the
   model's fingerprint, reading and encoding the first batch) and the first batch's own (compiling and capturing
-  included), and the CPU time of the run's reader, main and writer threads as shares of the run
-  (`EmbedSummary.thread_seconds`); then the same with `bench_embed.py`'s stand-in, a model that costs nothing: the
+  included), the CPU time of the run's reader, main and writer threads as shares of the run
+  (`EmbedSummary.thread_seconds`), and the CUDA graphs captured during the call with the host's seconds in them; then the same with `bench_embed.py`'s stand-in, a model that costs nothing: the
   command's ceiling on this machine's host side;
 - exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
@@ -196,15 +196,21 @@ def without_tf32(active: bool) -> contextlib.AbstractContextManager:
 
 
 class CountedGraphs(CudaGraphs):
-    """`gpu_kernels.CudaGraphs` counting its captures, so that an inference row says how many of the graphs it
-    replays were captured while it was timed (a capture runs its blocks once before recording them)."""
+    """`gpu_kernels.CudaGraphs` counting its captures and the host's seconds in them, so that an inference row says
+    how many of the graphs it replays were captured while it was timed (a capture runs its blocks once before
+    recording them), and an embed row how many a stream of new batches brought and what they cost the host."""
 
     captures = 0
+    seconds = 0.0
 
     @classmethod
     def capture(cls, body: Callable[[], None], device: torch.device, pool: tuple) -> Callable[[], None]:
         cls.captures += 1
-        return super().capture(body, device, pool)
+        start = time.perf_counter()
+        try:
+            return super().capture(body, device, pool)
+        finally:
+            cls.seconds += time.perf_counter() - start
 
 
 def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
@@ -298,6 +304,7 @@ def embed_rows(args, device: torch.device) -> Iterator[str]:
             loading = time.perf_counter() - start
             for layers, vectors_dtype in EMBED_OUTPUTS:
                 timed = FirstCall(model.eval(), device).eval()
+                captures, capturing = CountedGraphs.captures, CountedGraphs.seconds
                 start = time.perf_counter()
                 summary = embed_corpus(
                     source, output, model=(timed, ElmoTokenizer.from_pretrained(folder)), layers=layers,
@@ -307,7 +314,8 @@ def embed_rows(args, device: torch.device) -> Iterator[str]:
                 yield (
                     f"| {build} | {layers} {vectors_dtype} | {summary.words / summary.seconds:,.0f} | "
                     f"{summary.words / whole:,.0f} | {loading:.1f} | {timed.started - start:.1f} | "
-                    f"{timed.finished - timed.started:.1f} | {thread_shares(summary)} |"
+                    f"{timed.finished - timed.started:.1f} | {thread_shares(summary)} | "
+                    f"{CountedGraphs.captures - captures}, {CountedGraphs.seconds - capturing:.2f} s |"
                 )
                 del timed
             del model
@@ -581,8 +589,8 @@ def main() -> int:
         print(f"\nelmo-hf embed (embed_corpus), {args.architecture}, {args.embed_sentences} lines, batch "
               f"{args.embed_batch_size}; the model's first call per stored output")
         print("| build | vectors | run words/s | whole call words/s | loading s | before the first batch s | "
-              "first batch s | reader CPU | main CPU | writer CPU |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "first batch s | reader CPU | main CPU | writer CPU | graphs captured, host s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for row in embed_rows(args, device):
             print(row)
 

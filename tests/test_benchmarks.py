@@ -137,6 +137,7 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
                                           for vectors in ("all float32", "top float16")]
     assert all(float(row[2].replace(",", "")) > 0 and float(row[5]) >= 0 for row in embed)
     assert all(int(share.removesuffix("%")) >= 0 for row in embed for share in row[7:10])  # reader, main, writer CPU
+    assert {row[10] for row in embed} == {"0, 0.00 s"}  # no CUDA graphs on a CPU
     assert "dispatcher, float32 training: recurrence training" in result.stdout  # on a CPU, the CPU's kernel
     for build in ("dispatched", "reference"):
         check = next(line for line in result.stdout.splitlines() if f"{build} step against float64" in line)
