@@ -41,8 +41,9 @@ What it prints:
   seconds loading the weights took, the seconds before the first batch reached the model (counting lines, the
   model's fingerprint, reading and encoding the first batch) and the first batch's own (compiling and capturing
   included), the CPU time of the run's reader, main and writer threads as shares of the run
-  (`EmbedSummary.thread_seconds`), and the CUDA graphs captured during the call with the host's seconds in them; then the same with `bench_embed.py`'s stand-in, a model that costs nothing: the
-  command's ceiling on this machine's host side;
+  (`EmbedSummary.thread_seconds`), and the CUDA graphs captured during the call with the host's seconds in them;
+  then the same with `bench_embed.py`'s stand-in, a model that costs nothing: the command's ceiling on this
+  machine's host side;
 - exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
   dispatched, float32 through the reference modules, and bfloat16; the graphed and the fused Triton recurrence
