@@ -8,6 +8,8 @@
     python benchmarks/bench_inference.py --models original --batch-sizes 1 --int8   # adds int8-weight rows
     python benchmarks/bench_inference.py --models original --batch-sizes 1 64 --threads 2 --implementations auto \
         --allennlp /work/allennlp-venv/bin/python --processes 10 --busy 2   # against AllenNLP, 10 processes, busy
+    python benchmarks/bench_inference.py --models original --batch-sizes 1 64 --threads 2 --implementations auto \
+        --one-thread --processes 10 --busy 2   # the threads elmo-hf picks against one thread, process by process
 
 Random-weight models of the published architectures are built from `ElmoConfig` (speed does not depend on the
 values). The default corpus is reproducible: sentence lengths drawn from a gamma distribution (mean 25 words, as
@@ -28,6 +30,10 @@ AllenNLP computes the original (its stateful outputs of tests/fixtures/allennlp 
 and its layers of that checkpoint's sentences, each alone, against elmo-hf's); its rows' diff is AllenNLP's deviation
 from the float64 reference on the same first sentences. A table of ratios (elmo-hf `auto`, or the first
 implementation, over AllenNLP, process by process) follows the main table.
+
+One thread side by side (`--one-thread`): `auto, 1 thread` rows run the shipped model in processes told
+`--threads 1`, alternating with the others; a table of ratios (`auto` with `--threads`, whose thread count
+`cpu_kernels.StepThreads` then picks step by step, over one thread, process by process) follows the main table.
 
 `--processes N` measures each configuration in N fresh processes, the implementations alternating (auto, allennlp,
 auto, allennlp, ...); a row then gives the median over its processes and each process's tok/s. `--busy N` keeps N
@@ -89,6 +95,7 @@ ARCHITECTURES = {
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 IMPLEMENTATIONS = ("auto", "eager", "int8", "allennlp")
+ONE_THREAD = "auto, 1 thread"  # `--one-thread`: the shipped model in a process with one thread
 CHECK_SENTENCES = 4
 ALLENNLP_WORKER = Path(__file__).resolve().parent / "allennlp_worker.py"
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "allennlp"  # an original checkpoint
@@ -292,19 +299,22 @@ def format_table(rows: list[dict], processes: int = 1) -> str:
     return "\n".join(lines)
 
 
-def format_ratios(groups: list[tuple[str, int, str, str, list[float], list[float]]], busy: int) -> str:
-    """Per configuration: elmo-hf's and AllenNLP's tok/s process by process, their ratios and the smallest."""
+def format_ratios(
+    groups: list[tuple[str, int, str, str, list[float], list[float]]], busy: int, other: str = "AllenNLP"
+) -> str:
+    """Per configuration: elmo-hf's and `other`'s (AllenNLP's, or one thread's) tok/s process by process, their
+    ratios, the smallest and the median."""
     lines = [
         "| model | batch | dtype | busy processes | elmo-hf impl | elmo-hf tok/s by process | "
-        "AllenNLP tok/s by process | elmo-hf / AllenNLP by process | min ratio |",
-        "|" + "---|" * 9,
+        f"{other} tok/s by process | elmo-hf / {other} by process | min ratio | median ratio |",
+        "|" + "---|" * 10,
     ]
     for model, batch, dtype, implementation, ours, theirs in groups:
         ratios = [mine / other for mine, other in zip(ours, theirs)]
         lines.append(
             f"| {model} | {batch} | {dtype} | {busy} | {implementation} | {', '.join(f'{r:.0f}' for r in ours)} | "
             f"{', '.join(f'{r:.0f}' for r in theirs)} | {', '.join(f'{r:.2f}' for r in ratios)} | "
-            f"**{min(ratios):.2f}x** |"
+            f"**{min(ratios):.2f}x** | {statistics.median(ratios):.2f}x |"
         )
     return "\n".join(lines)
 
@@ -419,6 +429,10 @@ def main() -> int:
         "--processes", type=int, default=1,
         help="fresh processes per configuration, the implementations alternating; the median is the row's tok/s",
     )
+    parser.add_argument(
+        "--one-thread", action="store_true",
+        help=f"also rows of the shipped model with one thread ('{ONE_THREAD}'), and their ratios to `auto`",
+    )
     parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes kept running while measuring")
     parser.add_argument(
         "--isa", choices=sorted(ISA_LIMITS),
@@ -442,6 +456,8 @@ def main() -> int:
         parser.error("--allennlp: AllenNLP rows are float32 on the CPU; add --dtype float32 and --device cpu")
     if args.allennlp and not (Path(args.allennlp).is_file() and os.access(args.allennlp, os.X_OK)):
         parser.error(f"--allennlp {args.allennlp}: not an executable Python interpreter")
+    if args.one_thread and "auto" not in args.implementations:
+        parser.error("--one-thread: the ratios are to `auto`; add auto to --implementations")
     if args.isa:
         os.environ.update(ISA_LIMITS[args.isa])
     if args.limits:
@@ -499,7 +515,7 @@ def main() -> int:
                 f"{ours['max_abs_diff']:.1e}, allclose: {'yes' if ours['allclose'] else 'NO'}",
                 flush=True,
             )
-        rows, ratios, samples = measure(args, limits, Path(scratch))
+        rows, ratios, thread_ratios, samples = measure(args, limits, Path(scratch))
     print(
         f"load average after: {os.getloadavg()[0]:.2f}; limit samples (GEMM GFLOP/s, GB/s, cell GB/s): "
         + ", ".join(f"({g:.0f}, {b:.1f}, {'/'.join(f'{c:.0f}' for c in cells.values())})" for g, b, cells in samples)
@@ -508,6 +524,9 @@ def main() -> int:
     if ratios:
         print(f"\nelmo-hf / AllenNLP, process by process ({args.processes} pairs per configuration, alternating):")
         print(format_ratios(ratios, args.busy))
+    if thread_ratios:
+        print(f"\nelmo-hf with {args.threads} threads (as it picks them) / one thread, process by process:")
+        print(format_ratios(thread_ratios, args.busy, other="one thread"))
     for row in rows:
         if row["kernels"]:
             print(f"\nKernels chosen by timing, {row['model']} batch {row['batch']} {row['dtype']}:")
@@ -515,16 +534,17 @@ def main() -> int:
     return 0
 
 
-def measure(args, limits, scratch: Path) -> tuple[list[dict], list[tuple], list[tuple]]:
+def measure(args, limits, scratch: Path) -> tuple[list[dict], list[tuple], list[tuple], list[tuple]]:
     """Every configuration in `args.processes` rounds of fresh processes, one per implementation in turn: the rows
-    (median over processes), with `--allennlp` per configuration the tok/s by process of elmo-hf and AllenNLP, and
-    the limit samples."""
+    (median over processes), with `--allennlp` per configuration the tok/s by process of elmo-hf and AllenNLP, with
+    `--one-thread` those of `auto` and one thread, and the limit samples."""
     implementations = args.implementations + (["int8"] if args.int8 else []) + (["allennlp"] if args.allennlp else [])
+    implementations += [ONE_THREAD] if args.one_thread else []
     with busy_processes(args.busy):
         samples = [limits()]
-    rows, ratios = [], []
+    rows, ratios, thread_ratios = [], [], []
     for model, dtype, batch in [(m, d, b) for m in args.models for d in args.dtype for b in args.batch_sizes]:
-        chosen = [impl for impl in implementations if impl in ("auto", "eager") or dtype == "float32"]
+        chosen = [impl for impl in implementations if impl in ("auto", "eager", ONE_THREAD) or dtype == "float32"]
         results = {implementation: [] for implementation in chosen}
         with busy_processes(args.busy):
             for round_ in range(args.processes):
@@ -566,23 +586,27 @@ def measure(args, limits, scratch: Path) -> tuple[list[dict], list[tuple], list[
             ours = "auto" if "auto" in chosen else chosen[0]
             ratios.append((model, batch, dtype, ours, [p["tokens_per_s"] for p in results[ours]],
                            [p["tokens_per_s"] for p in results["allennlp"]]))
-    return rows, ratios, samples
+        if args.one_thread:
+            thread_ratios.append((model, batch, dtype, "auto", [p["tokens_per_s"] for p in results["auto"]],
+                                  [p["tokens_per_s"] for p in results[ONE_THREAD]]))
+    return rows, ratios, thread_ratios, samples
 
 
 def run_worker(
     args, model: str, dtype: str, batch: int, implementation: str, scratch: Path, check: bool = True
 ) -> dict:
-    """One configuration measured in a fresh process: elmo-hf's worker, or AllenNLP's with `implementation`
-    "allennlp"; elmo-hf's checks its deviation from float64 if `check`."""
+    """One configuration measured in a fresh process: elmo-hf's worker (`ONE_THREAD`: `auto` with one thread), or
+    AllenNLP's with `implementation` "allennlp"; elmo-hf's checks its deviation from float64 if `check`."""
     if implementation == "allennlp":
         original = scratch / model / "original"
         command = [args.allennlp, str(ALLENNLP_WORKER), "speed", str(original / OPTIONS_FILE)]
         command += [str(original / WEIGHTS_FILE), str(scratch / "corpus.json"), "--batch-size", str(batch)]
         command += ["--threads", str(args.threads), "--repeats", str(args.repeats)]
     else:
-        command = [sys.executable, __file__, "--worker", model, str(batch), dtype, implementation]
+        threads = 1 if implementation == ONE_THREAD else args.threads
+        command = [sys.executable, __file__, "--worker", model, str(batch), dtype, implementation.split(",")[0]]
         command += ["--sentences", str(args.sentences), "--repeats", str(args.repeats)]
-        command += ["--threads", str(args.threads), "--device", args.device]
+        command += ["--threads", str(threads), "--device", args.device]
         command += ["--text", *args.text] if args.text else []
         command += ["--allennlp-layers", str(scratch / model / "check_layers.npz")] if args.allennlp else []
         command += [] if check else ["--no-check"]

@@ -48,25 +48,33 @@ def test_inference_benchmark_prints_a_row_per_configuration_close_to_float64():
 
 
 def test_inference_benchmark_alternates_fresh_processes_under_busy_load_and_describes_the_cpu():
-    """--processes 2 --busy 1 --isa avx2: each row gives the tok/s of each of its processes; the header names the
-    CPU's flags, the cores available, the instruction-set limit every measuring process got (and the one torch's own
-    kernels then use), the processes per configuration and the busy load. Nothing is compared with a speed."""
+    """--processes 2 --busy 1 --isa avx2 --one-thread: each row gives the tok/s of each of its processes, and a table
+    gives the shipped model's over one thread's, process by process; the header names the CPU's flags, the cores
+    available, the instruction-set limit every measuring process got (and the one torch's own kernels then use), the
+    processes per configuration and the busy load. Nothing is compared with a speed."""
     output = run_output(
         "bench_inference.py",
-        *"--models small --batch-sizes 2 --sentences 4 --repeats 1 --threads 1 --implementations auto".split(),
-        *"--processes 2 --busy 1 --isa avx2".split(),
+        *"--models small --batch-sizes 2 --sentences 4 --repeats 1 --threads 2 --implementations auto".split(),
+        *"--processes 2 --busy 1 --isa avx2 --one-thread".split(),
     )
     header, limit = output.splitlines()[:2]
     assert all(f"{flag} " in header for flag in ("avx2", "avx512f", "avx512_bf16", "amx_tile"))
     assert "available to this process" in header and "caches" in header
     assert "ONEDNN_MAX_CPU_ISA=AVX2" in limit and limit.endswith("(torch's kernels in a child: AVX2)")
     assert "2 process(es) per configuration, 1 busy process(es) while measuring" in output
-    (row,) = table_rows(output)
-    assert (row["model"], row["batch"], row["impl"]) == ("small", "2", "auto")
-    by_process = [float(value) for value in row["tok/s by process"].split(",")]
-    assert len(by_process) == 2 and all(value > 0 for value in by_process)
-    assert abs(float(row["tok/s"]) - statistics.median(by_process)) <= 1  # the median of the processes (rounded)
-    assert float(row["max abs diff vs float64"]) <= 1e-5
+    rows = table_rows(output)
+    assert [(row["model"], row["batch"], row["impl"]) for row in rows] == [
+        ("small", "2", "auto"), ("small", "2", "auto, 1 thread")
+    ]
+    for row in rows:
+        by_process = [float(value) for value in row["tok/s by process"].split(",")]
+        assert len(by_process) == 2 and all(value > 0 for value in by_process)
+        assert abs(float(row["tok/s"]) - statistics.median(by_process)) <= 1  # the median of the processes (rounded)
+        assert float(row["max abs diff vs float64"]) <= 1e-5
+    (ratios,) = table_rows(output.split("/ one thread, process by process:")[1])
+    assert ratios["elmo-hf tok/s by process"] == rows[0]["tok/s by process"]
+    assert ratios["one thread tok/s by process"] == rows[1]["tok/s by process"]
+    assert len(ratios["elmo-hf / one thread by process"].split(",")) == 2
 
 
 def test_inference_benchmark_refuses_an_allennlp_interpreter_that_is_not_one():
@@ -85,7 +93,7 @@ def test_inference_benchmark_ratio_table_gives_each_pair_and_the_smallest():
     table = bench.format_ratios([("original", 1, "float32", "auto", [120.0, 90.0], [30.0, 30.0])], busy=2)
     (row,) = table_rows(table)
     assert row["busy processes"] == "2" and row["elmo-hf / AllenNLP by process"] == "4.00, 3.00"
-    assert row["min ratio"] == "**3.00x**"
+    assert row["min ratio"] == "**3.00x**" and row["median ratio"] == "3.50x"
 
 
 def test_recurrent_step_benchmark_compares_every_variant_with_the_cpu_kernel():
