@@ -14,7 +14,8 @@ What it prints:
   `elmo_hf/kernels_elmo.py` takes for the recurrence and the token layer in float32 and bfloat16 inference, and for
   the recurrence in float32 training;
 - the limits, measured now: matrix-product TFLOP/s of an 8192^3 product in float32 (torch's default: no TF32) and
-  bfloat16, and memory bandwidth (GB/s of a 1 GiB copy, bytes read plus written);
+  bfloat16, and memory bandwidth (GB/s of a 1 GiB copy, bytes read plus written); the GB/s of a 64 MiB copy from
+  the GPU into pageable and into page-locked host memory (the embed command's vectors take the second);
 - inference, original architecture (random weights), `--sentences` synthetic sentences (`bench_inference.py`'s
   corpus, mean 25 words) in corpus order, tokenization included (the tokenizer's call and the copy to the GPU are
   timed with the model): words/s for elmo-hf float32 and bfloat16 and the cuDNN build (float32: the same character
@@ -124,6 +125,14 @@ def bandwidth_gbs(device: torch.device, num_bytes: int) -> float:
     source = torch.ones(num_bytes // 4, device=device)
     target = torch.empty_like(source)
     return 2 * num_bytes / seconds_of(lambda: target.copy_(source), device, repeats=5) / 1e9
+
+
+def host_copy_gbs(device: torch.device, num_bytes: int, pinned: bool) -> float:
+    """Bytes per second of a copy of `num_bytes` from `device` to host memory, page-locked or pageable (how the embed
+    command's vectors leave the GPU: `embed.host_copy`)."""
+    source = torch.ones(num_bytes // 4, device=device)
+    target = torch.empty(source.shape, pin_memory=pinned)
+    return num_bytes / seconds_of(lambda: target.copy_(source), device, repeats=5) / 1e9
 
 
 def chosen(table: dict, dtype: torch.dtype, device: torch.device, recording: bool = False) -> str:
@@ -569,6 +578,10 @@ def main() -> int:
     }
     print(f"limits: matmul {limits['float32']:.1f} TFLOP/s float32, {limits['bfloat16']:.1f} TFLOP/s bfloat16; "
           f"bandwidth {limits['bandwidth']:,.0f} GB/s")
+    if device.type == "cuda":  # page-locked memory needs a GPU
+        batch_bytes = 64 * 2**20  # about a batch of 256 sentences' vectors, all layers in float32
+        print(f"device to host, 64 MiB: {host_copy_gbs(device, batch_bytes, pinned=False):,.1f} GB/s into pageable "
+              f"memory, {host_copy_gbs(device, batch_bytes, pinned=True):,.1f} GB/s into page-locked memory")
 
     if device.type == "cuda":
         RecurrenceGraphs.device_graphs = CountedGraphs  # the inference rows count each pass's captures

@@ -314,7 +314,7 @@ def format_ratios(
         lines.append(
             f"| {model} | {batch} | {dtype} | {busy} | {implementation} | {', '.join(f'{r:.0f}' for r in ours)} | "
             f"{', '.join(f'{r:.0f}' for r in theirs)} | {', '.join(f'{r:.2f}' for r in ratios)} | "
-            f"**{min(ratios):.2f}x** | {statistics.median(ratios):.2f}x |"
+            f"**{min(ratios):.3f}x** | {statistics.median(ratios):.3f}x |"
         )
     return "\n".join(lines)
 
@@ -567,6 +567,7 @@ def measure(args, limits, scratch: Path) -> tuple[list[dict], list[tuple], list[
                 implementation=implementation,
                 tokens_per_s=statistics.median(p["tokens_per_s"] for p in processes),
                 sentences_per_s=statistics.median(p["sentences_per_s"] for p in processes),
+                gflops=statistics.median(p["tokens_per_s"] for p in processes) * flops_per_word(config) / 1e9,
                 runs=[p["tokens_per_s"] for p in processes] if args.processes > 1 else processes[0]["runs"],
                 peak_gib=max(p["peak_gib"] for p in processes),
                 gemm=statistics.median(sample[0] for sample in group),
@@ -577,7 +578,6 @@ def measure(args, limits, scratch: Path) -> tuple[list[dict], list[tuple], list[
                 row.update(
                     model=model, batch=batch, dtype=dtype, kernels=[],
                     diff=results[chosen[0]][0]["allennlp_diff"],
-                    gflops=row["tokens_per_s"] * flops_per_word(config) / 1e9,
                     stream_bytes=recurrent_bytes_per_step(config, 4),
                     boundary_factor=row["words"] / (row["words"] + 2 * row["sentences"]),
                 )

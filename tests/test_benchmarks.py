@@ -93,7 +93,16 @@ def test_inference_benchmark_ratio_table_gives_each_pair_and_the_smallest():
     table = bench.format_ratios([("original", 1, "float32", "auto", [120.0, 90.0], [30.0, 30.0])], busy=2)
     (row,) = table_rows(table)
     assert row["busy processes"] == "2" and row["elmo-hf / AllenNLP by process"] == "4.00, 3.00"
-    assert row["min ratio"] == "**3.00x**" and row["median ratio"] == "3.50x"
+    assert row["min ratio"] == "**3.000x**" and row["median ratio"] == "3.500x"
+
+
+def test_threads_benchmark_times_each_batch_with_the_picked_count_and_one_thread():
+    (row,) = run_script("bench_threads.py", *"--model small --batch-size 2 --sentences 6 --threads 2 --busy 1".split())
+    assert (row["batch"], row["busy"]) == ("2", "1")
+    assert float(row["picked words/s"]) > 0 and float(row["one thread words/s"]) > 0
+    low, high = (float(bound) for bound in row["95% interval"].split("-"))
+    assert low <= float(row["picked / one thread (geometric mean per batch)"].removesuffix("x")) <= high
+    assert row["batches where picked was faster"].endswith("%")
 
 
 def test_recurrent_step_benchmark_compares_every_variant_with_the_cpu_kernel():

@@ -981,10 +981,20 @@ def sentence_vectors(
     # where `isfinite(packed).all()` also writes and reads a mask as large as them (25x slower here).
     if packed.numel() and not bool(torch.stack(torch.aminmax(packed)).isfinite().all()):
         raise NonFiniteVectors("non-finite vectors")
-    host = packed.cpu().numpy()
+    host = host_copy(packed).numpy()
     dim, ends = host.shape[-1], np.cumsum([len(planes) * words for words in lengths])
     shapes = [(len(planes), words, dim) if layers == "all" else (words, dim) for words in lengths]
     return [host[end - len(planes) * words : end].reshape(shape) for end, words, shape in zip(ends, lengths, shapes)]
+
+
+def host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor.cpu()`, through page-locked host memory where `tensor` is on a CUDA device: a copy into pageable memory
+    goes through the driver's staging buffers, one into page-locked memory is one DMA transfer (torch's host
+    allocator keeps the blocks that later batches free, so each size is page-locked once)."""
+    if tensor.device.type != "cuda":
+        return tensor.cpu()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    return host.copy_(tensor)
 
 
 def mix_for(layers: str, mix_weights: Sequence[float] | None, gamma: float, num_layers: int):
