@@ -1,7 +1,7 @@
 """The thread count elmo-hf picks against one thread, batch by batch in one process (issue 24, goal 2).
 
     python benchmarks/bench_threads.py --batch-size 1 --sentences 100 --busy 2
-    python benchmarks/bench_threads.py --batch-size 64 --sentences 640 --busy 2
+    python benchmarks/bench_threads.py --batch-size 64 --sentences 512 --busy 2
 
 Fresh processes differ by several percent from one another on a busy machine (`bench_inference.py --one-thread`
 shows it process by process), more than the difference asked about. Here one process runs every batch twice, with

@@ -1,6 +1,7 @@
 """`elmo-hf embed` and `elmo-hf merge-shards`: the file against the model, every --layers choice, resume after a killed
 run, two processes and a merge, bad input."""
 
+import itertools
 import json
 import math
 import os
@@ -126,7 +127,8 @@ def test_layer_choices_shapes_and_values(model_dir, tmp_path):
 @pytest.mark.parametrize("layers", ["all", "top", "average"])
 def test_sentence_vectors_are_each_rows_words_in_one_host_copy(layers):
     """Each sentence's array is bitwise its row of `select_layers`, cut to its words, converted to the dtype asked
-    for, and a contiguous view of one copy; padding (here NaN and overflowing values) is never read or checked."""
+    for, and a contiguous view of one copy; padding (here NaN and overflowing values) is never read or checked.
+    `page_locked` (the embed command's copy from a GPU) changes nothing for tensors on a CPU."""
     generator = torch.Generator().manual_seed(0)
     lengths = [6, 0, 3, 1]
     hidden = [torch.randn(4, 6, 8, generator=generator) for _ in range(3)]
@@ -136,8 +138,8 @@ def test_sentence_vectors_are_each_rows_words_in_one_host_copy(layers):
     outputs = BaseModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden))
     mix = mix_for(layers, None, 1.0, 3)
     selected = select_layers(outputs, attention_mask, layers, mix)
-    for dtype in (torch.float32, torch.float16):
-        arrays = sentence_vectors(outputs, attention_mask, lengths, layers, mix, dtype)
+    for dtype, page_locked in itertools.product((torch.float32, torch.float16), (False, True)):
+        arrays = sentence_vectors(outputs, attention_mask, lengths, layers, mix, dtype, page_locked=page_locked)
         bases = {id(array.base) for array in arrays}
         assert len(bases) == 1 and None not in bases
         for row, (words, array) in enumerate(zip(lengths, arrays)):

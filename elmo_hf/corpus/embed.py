@@ -867,7 +867,8 @@ class EmbedRun:
         lengths = [len(sentence.words) for sentence in batch]
         try:
             return sentence_vectors(
-                outputs, attention_mask, lengths, self.settings["layers"], mix, OUTPUT_DTYPES[self.settings["dtype"]]
+                outputs, attention_mask, lengths, self.settings["layers"], mix, OUTPUT_DTYPES[self.settings["dtype"]],
+                page_locked=True,
             )
         except NonFiniteVectors:
             hint = "; check the model"
@@ -966,7 +967,13 @@ class NonFiniteVectors(ValueError):
 
 
 def sentence_vectors(
-    outputs, attention_mask: torch.Tensor, lengths: Sequence[int], layers: str, mix, dtype: torch.dtype
+    outputs,
+    attention_mask: torch.Tensor,
+    lengths: Sequence[int],
+    layers: str,
+    mix,
+    dtype: torch.dtype,
+    page_locked: bool = False,
 ) -> list[np.ndarray]:
     """The layers asked for (`select_layers`) of a right-padded batch as one host array per sentence, cut to its
     `lengths[row]` words: `(num_layers + 1, words, dim)` for `"all"`, `(words, dim)` otherwise, in `dtype`.
@@ -974,14 +981,16 @@ def sentence_vectors(
     Only the sentences' words are gathered, in the order the arrays are laid out (one concatenation on the model's
     device, without stacking the layers first), then converted, checked and copied to the host at once: the padding
     never leaves the device, and every array is a contiguous view of that one copy, which writers take as it is.
-    Raises NonFiniteVectors where a vector is not finite in `dtype` (float16's range exceeded, or a broken model)."""
+    `page_locked`: from a GPU, into page-locked memory (`host_copy`), for arrays written and dropped soon (the embed
+    command's; arrays a caller keeps would keep that memory locked). Raises NonFiniteVectors where a vector is not
+    finite in `dtype` (float16's range exceeded, or a broken model)."""
     planes = outputs.hidden_states if layers == "all" else (select_layers(outputs, attention_mask, layers, mix),)
     packed = torch.cat([plane[row, :words] for row, words in enumerate(lengths) for plane in planes]).to(dtype)
     # The extremes are finite exactly when every value is (aminmax propagates NaN): one pass that reads the vectors,
     # where `isfinite(packed).all()` also writes and reads a mask as large as them (25x slower here).
     if packed.numel() and not bool(torch.stack(torch.aminmax(packed)).isfinite().all()):
         raise NonFiniteVectors("non-finite vectors")
-    host = host_copy(packed).numpy()
+    host = (host_copy(packed) if page_locked else packed.cpu()).numpy()
     dim, ends = host.shape[-1], np.cumsum([len(planes) * words for words in lengths])
     shapes = [(len(planes), words, dim) if layers == "all" else (words, dim) for words in lengths]
     return [host[end - len(planes) * words : end].reshape(shape) for end, words, shape in zip(ends, lengths, shapes)]
