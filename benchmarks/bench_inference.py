@@ -603,8 +603,8 @@ def run_worker(
         command += [str(original / WEIGHTS_FILE), str(scratch / "corpus.json"), "--batch-size", str(batch)]
         command += ["--threads", str(args.threads), "--repeats", str(args.repeats)]
     else:
-        threads = 1 if implementation == ONE_THREAD else args.threads
-        command = [sys.executable, __file__, "--worker", model, str(batch), dtype, implementation.split(",")[0]]
+        shipped, threads = ("auto", 1) if implementation == ONE_THREAD else (implementation, args.threads)
+        command = [sys.executable, __file__, "--worker", model, str(batch), dtype, shipped]
         command += ["--sentences", str(args.sentences), "--repeats", str(args.repeats)]
         command += ["--threads", str(threads), "--device", args.device]
         command += ["--text", *args.text] if args.text else []

@@ -37,8 +37,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch's thread count (default: all)")
     parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes kept running while measuring")
     args = parser.parse_args()
-    if args.threads < 2 or args.sentences < 2 * args.batch_size or args.busy < 0:
-        parser.error("--threads must be at least 2, --sentences at least two batches and --busy at least 0")
+    if args.threads < 2 or args.batch_size < 1 or args.sentences < 2 * args.batch_size or args.busy < 0:
+        parser.error(
+            "--threads must be at least 2, --batch-size at least 1, --sentences at least two batches and --busy at "
+            "least 0"
+        )
     model = build_model(ElmoConfig(**ARCHITECTURES[args.model]), "auto", torch.float32, torch.device("cpu"))
     tokenizer = ElmoTokenizer()
     sentences = synthetic_corpus(args.sentences)

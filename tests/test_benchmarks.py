@@ -103,6 +103,11 @@ def test_threads_benchmark_times_each_batch_with_the_picked_count_and_one_thread
     low, high = (float(bound) for bound in row["95% interval"].split("-"))
     assert low <= float(row["picked / one thread (geometric mean per batch)"].removesuffix("x")) <= high
     assert row["batches where picked was faster"].endswith("%")
+    for bad in ("--batch-size 0", "--threads 1", "--batch-size 4 --sentences 6", "--busy -1"):
+        refused = subprocess.run([sys.executable, str(BENCHMARKS / "bench_threads.py"), *bad.split()],
+                                 capture_output=True, text=True, timeout=600)
+        assert refused.returncode == 2 and "--batch-size at least 1" in refused.stderr, bad
+        assert "Traceback" not in refused.stderr
 
 
 def test_recurrent_step_benchmark_compares_every_variant_with_the_cpu_kernel():
