@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Which implementation computes ELMo's token layer and recurrence: one table per computation, one dispatcher.
+"""Which implementation computes ELMo's token layer and recurrence, and schedules a layer's two directions: one table
+per computation, one dispatcher.
 
 Every implementation of a table has the signature of its reference in `reference_elmo.py` and gives its results
 (`tests/test_implementations.py` runs them all against it). The dispatcher, `choose_implementation`, is the only
@@ -39,7 +40,13 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from .cpu_kernels import StepThreads, encode_words, lstm_with_projection
+from .cpu_kernels import (
+    StepThreads,
+    directions_at_once,
+    encode_words,
+    lstm_with_projection,
+    supports_directions_at_once,
+)
 from .cpu_kernels import supports as cpu_supports
 from .export_kernels import scan_recurrence
 from .export_kernels import supports as scan_supports
@@ -53,7 +60,7 @@ from .gpu_kernels import (
     supports_token_layer_without_tf32,
     token_layer_without_tf32,
 )
-from .reference_elmo import KernelRequest, lstm_recurrence, token_layer
+from .reference_elmo import KernelRequest, directions_in_turn, lstm_recurrence, token_layer
 from .training_kernels import fused_lstm_with_projection
 from .training_kernels import supports as training_supports
 
@@ -84,6 +91,11 @@ TOKEN_LAYER_IMPLEMENTATIONS: dict[str, Implementation] = {
     "cpu": Implementation(encode_words, cpu_supports),
     "without-tf32": Implementation(token_layer_without_tf32, supports_token_layer_without_tf32),
     "reference": Implementation(token_layer, _always),
+}
+# How a biLSTM layer runs its two directions (each cell still chooses its own recurrence above).
+DIRECTIONS_IMPLEMENTATIONS: dict[str, Implementation] = {
+    "cpu at once": Implementation(directions_at_once, supports_directions_at_once),
+    "reference": Implementation(directions_in_turn, _always),
 }
 
 # The layers whose computation the kernels read from their weights: exactly these classes (a subclass may compute
@@ -149,6 +161,7 @@ def choose_implementation(
 
 
 __all__ = [
+    "DIRECTIONS_IMPLEMENTATIONS",
     "Implementation",
     "RECURRENCE_IMPLEMENTATIONS",
     "TOKEN_LAYER_IMPLEMENTATIONS",

@@ -54,6 +54,7 @@ from .checks_elmo import (
 )
 from .configuration_elmo import ElmoConfig
 from .kernels_elmo import (
+    DIRECTIONS_IMPLEMENTATIONS,
     RECURRENCE_IMPLEMENTATIONS,
     TOKEN_LAYER_IMPLEMENTATIONS,
     StepThreads,
@@ -206,6 +207,7 @@ class ElmoLstmLayer(nn.Module):
 
     def __init__(self, config: ElmoConfig, residual: bool):
         super().__init__()
+        self.config = config
         self.forward_cell = ElmoLstmCellWithProjection(config)
         self.backward_cell = ElmoLstmCellWithProjection(config)
         self.residual = residual
@@ -218,9 +220,15 @@ class ElmoLstmLayer(nn.Module):
         initial_states: tuple[LstmState, LstmState],
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[LstmState, LstmState]]:
         """Both directions' inputs as `batch` lays them out (the backward ones from the time-reversed rows). Returns
-        both outputs (same layout) and both final states."""
-        forward_outputs, forward_state = self.forward_cell(forward_inputs, batch, initial_states[0])
-        backward_outputs, backward_state = self.backward_cell(backward_inputs, batch, initial_states[1])
+        both outputs (same layout) and both final states. The directions run in turn or at once, as the dispatcher
+        chooses (`kernels_elmo.DIRECTIONS_IMPLEMENTATIONS`)."""
+        schedule = choose_implementation(
+            DIRECTIONS_IMPLEMENTATIONS, self, batch.packed, forward_inputs, backward_inputs, *initial_states[0],
+            *initial_states[1],
+        )
+        (forward_outputs, forward_state), (backward_outputs, backward_state) = schedule(
+            (self.forward_cell, self.backward_cell), (forward_inputs, backward_inputs), batch, initial_states
+        )
         if self.residual:
             forward_outputs = forward_outputs + forward_inputs
             backward_outputs = backward_outputs + backward_inputs

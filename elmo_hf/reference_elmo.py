@@ -16,7 +16,8 @@ batch of sentences they read.
 
 - The token layer, `token_layer(word_ids, layers, chunk_size)`: characters -> CNN -> highway -> projection.
 - The recurrence of one LSTM-with-projection direction over a batch,
-  `lstm_recurrence(inputs, batch, initial_state, linears, cell_clip, projection_clip)`.
+  `lstm_recurrence(inputs, batch, initial_state, linears, cell_clip, projection_clip)`, and the schedule of a layer's
+  two directions, `directions_in_turn(cells, inputs, batch, initial_states)`.
 - The pretraining's log-uniform word sampler (`log_uniform_sample`).
 
 Faster implementations of the same signatures (`cpu_kernels.py`, `training_kernels.py`, `export_kernels.py`) are
@@ -312,6 +313,19 @@ def lstm_recurrence(
     return torch.cat(outputs), finished.final(state)
 
 
+Direction = Callable[[torch.Tensor, SequenceBatch, LstmState], tuple[torch.Tensor, LstmState]]
+
+
+def directions_in_turn(
+    cells: tuple[Direction, Direction], inputs: tuple[torch.Tensor, torch.Tensor], batch: SequenceBatch,
+    initial_states: tuple[LstmState, LstmState],
+) -> tuple[tuple[torch.Tensor, LstmState], tuple[torch.Tensor, LstmState]]:
+    """The reference schedule of a biLSTM layer's two directions: each cell (a module whose call is one direction's
+    recurrence, `lstm_recurrence`'s outputs and final state) over its own inputs and initial state, forward then
+    backward. The directions share nothing but `batch`, so any schedule that runs both gives the same results."""
+    return tuple(cell(x, batch, state) for cell, x, state in zip(cells, inputs, initial_states, strict=True))
+
+
 def log_uniform_sample(vocab_size: int, num_samples: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The pretraining's sampled softmax: `num_samples` word ids drawn with replacement from the log-uniform (Zipf)
     distribution the original samples from, which assumes ids sorted by falling frequency, and the log of each id's
@@ -335,6 +349,7 @@ __all__ = [
     "SequenceBatch",
     "TokenLayers",
     "WordsFirst",
+    "directions_in_turn",
     "lstm_recurrence",
     "log_expected_count",
     "log_uniform_sample",

@@ -3,10 +3,13 @@ never serving stale weights, bounded on long inputs."""
 
 import gc
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -421,6 +424,183 @@ def test_the_thread_count_of_a_step_never_changes_the_result(fresh_thread_choice
         "token layer of 50 characters", "input to gates", "step"
     }
     assert all(checked.values())
+
+
+class PacedDirection(nn.Module):
+    """A stand-in for a direction's cell: records the thread it ran on, torch's count there, the thread's autograd and
+    inference modes and whether `StepThreads` runs it as one of two at once, then sleeps `seconds[at once]`."""
+
+    def __init__(self, seconds: dict[bool, float], calls: list[dict]):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(2, 2))
+        self.seconds, self.calls = seconds, calls
+
+    def forward(self, inputs: torch.Tensor, batch, state) -> tuple[torch.Tensor, tuple]:
+        at_once = cpu_kernels.StepThreads().at_once
+        self.calls.append(dict(
+            thread=threading.current_thread().name, threads=torch.get_num_threads(), at_once=at_once,
+            grad=torch.is_grad_enabled(), inference=torch.is_inference_mode_enabled(),
+        ))
+        time.sleep(self.seconds[at_once])
+        return inputs + 1, state
+
+
+def run_directions(cells, batch_sizes: list[int] = (1, 1)) -> tuple:
+    batch = types.SimpleNamespace(batch_sizes=list(batch_sizes))
+    return cpu_kernels.directions_at_once(cells, (torch.zeros(1), torch.ones(1)), batch, ((), ()))
+
+
+@pytest.fixture
+def fresh_directions(fresh_thread_choices, monkeypatch):
+    """`DirectionsAtOnce` with no choices kept from earlier tests, and two torch threads."""
+    for table in ("choices", "timings"):
+        monkeypatch.setattr(cpu_kernels.DirectionsAtOnce, table, {})
+    torch.set_num_threads(2)
+
+
+def test_directions_at_once_run_in_two_threads_of_one_torch_thread_with_the_callers_modes(fresh_directions):
+    calls = []
+    cells = (PacedDirection({True: 0, False: 0}, calls), PacedDirection({True: 0, False: 0}, calls))
+    for modes in (torch.no_grad(), torch.inference_mode(), torch.enable_grad()):
+        calls.clear()
+        with modes:
+            forward, backward = run_directions(cells)  # a kind's first call runs at once
+            expected_modes = {(torch.is_grad_enabled(), torch.is_inference_mode_enabled())}
+        assert torch.equal(forward[0], torch.ones(1)) and torch.equal(backward[0], torch.full((1,), 2.0))
+        caller = threading.current_thread().name
+        assert sorted(call["thread"] == caller for call in calls) == [False, True]
+        assert all(call["threads"] == 1 and call["at_once"] for call in calls)
+        assert {(call["grad"], call["inference"]) for call in calls} == expected_modes
+        assert torch.get_num_threads() == 2 and not cpu_kernels.StepThreads().at_once
+        cpu_kernels.DirectionsAtOnce.choices.clear()
+
+
+@pytest.mark.parametrize("at_once_faster", [True, False])
+def test_directions_settle_on_the_faster_way(fresh_directions, monkeypatch, at_once_faster):
+    """At once or in turn, by the seconds per step of a layer's calls; the slower way runs only in the ever rarer
+    tries."""
+    monkeypatch.setattr(cpu_kernels.DirectionsAtOnce, "FIRST_TRY", 2)
+    monkeypatch.setattr(cpu_kernels.DirectionsAtOnce, "LONGEST_INTERVAL", 8)
+    calls = []
+    seconds = {True: 0.001, False: 0.004} if at_once_faster else {True: 0.02, False: 0.001}
+    cells = (PacedDirection(seconds, calls), PacedDirection(seconds, calls))
+    ways = []
+    with torch.no_grad():
+        for _ in range(40):
+            calls.clear()
+            run_directions(cells)
+            ways.append(calls[0]["at_once"])
+    settled = ways[-20:]
+    assert settled.count(at_once_faster) >= 20 - 2 * cpu_kernels.DirectionsAtOnce.TRIAL_CALLS, ways
+
+
+def test_directions_run_in_turn_with_one_torch_thread(fresh_directions):
+    torch.set_num_threads(1)
+    calls = []
+    cells = (PacedDirection({True: 0, False: 0}, calls), PacedDirection({True: 0, False: 0}, calls))
+    with torch.no_grad():
+        run_directions(cells)
+    assert [call["thread"] for call in calls] == [threading.current_thread().name] * 2
+    assert not any(call["at_once"] for call in calls) and cpu_kernels.DirectionsAtOnce.choices == {}
+
+
+def test_a_models_layers_run_their_directions_at_once_through_the_cpu_kernel(fresh_directions, tokenizer, monkeypatch):
+    """In a model's forward, each layer's backward direction runs the CPU recurrence in the worker thread and the
+    forward one in the caller's, each with one torch thread, and the result has the bits of one torch thread."""
+    monkeypatch.setattr(cpu_kernels, "available_cores", lambda: 2)
+    runs = []
+    kernel = RECURRENCE_IMPLEMENTATIONS["cpu"]
+
+    def recorded(*args):
+        runs.append((threading.current_thread().name, torch.get_num_threads()))
+        return kernel.function(*args)
+
+    monkeypatch.setitem(RECURRENCE_IMPLEMENTATIONS, "cpu", Implementation(recorded, kernel.supports))
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config()).eval()
+    batch = encode(tokenizer, SENTENCES)
+    with torch.no_grad():
+        torch.set_num_threads(1)
+        expected = model(**batch).last_hidden_state
+        torch.set_num_threads(2)
+        runs.clear()
+        actual = model(**batch).last_hidden_state
+    assert torch.equal(actual, expected)
+    caller = threading.current_thread().name
+    names = [name for name, _ in runs]
+    assert names.count(caller) == 2 and sum(name.startswith("elmo-hf-direction") for name in names) == 2, runs
+    assert {count for _, count in runs} == {1}
+
+
+def directions_in_child(results) -> None:
+    calls = []
+    with torch.no_grad():
+        run_directions((PacedDirection({True: 0, False: 0}, calls), PacedDirection({True: 0, False: 0}, calls)))
+    results.put((sorted(call["thread"] for call in calls), cpu_kernels.DirectionsAtOnce._worker[0] == os.getpid()))
+
+
+def test_a_forked_child_runs_directions_at_once_in_its_own_worker(fresh_directions):
+    """A child forked after the parent ran layers at once (a data loader's worker, say) has no thread of the
+    parent's worker: it starts its own (on the parent's, its backward direction would wait forever)."""
+    with torch.no_grad():
+        run_directions((PacedDirection({True: 0, False: 0}, []), PacedDirection({True: 0, False: 0}, [])))
+    assert cpu_kernels.DirectionsAtOnce._worker[0] == os.getpid()
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=directions_in_child, args=(results,))
+    child.start()
+    threads, own_worker = results.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0 and own_worker
+    assert threads[0] == "MainThread" and threads[1].startswith("elmo-hf-direction"), threads
+
+
+def test_a_direction_that_fails_at_once_raises_after_both_ended(fresh_directions):
+    ended = []
+
+    class Failing(nn.Module):
+        def __init__(self, seconds: float):
+            super().__init__()
+            self.weight, self.seconds = nn.Parameter(torch.zeros(2, 2)), seconds
+
+        def forward(self, inputs, batch, state):
+            time.sleep(self.seconds)
+            ended.append(threading.current_thread().name)
+            raise RuntimeError(f"direction {self.seconds}")
+
+    caller = threading.current_thread().name
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match="direction 0.0$"):  # the forward direction's error, raised here
+            run_directions((Failing(0.0), Failing(0.05)))
+    assert ended[0] == caller and len(ended) == 2  # the backward one had ended too
+    with torch.no_grad(), pytest.raises(RuntimeError, match="direction 0.05"):
+        run_directions((PacedDirection({True: 0, False: 0}, []), Failing(0.05)))
+    assert torch.get_num_threads() == 2 and not cpu_kernels.StepThreads().at_once
+
+
+def test_a_direction_at_once_runs_one_thread_only_where_it_gives_torchs_bits(fresh_thread_choices):
+    """`StepThreads.one_of_two`: each step with one thread once a check found the same bits as torch's count, with
+    torch's count where they differ; the thread's count comes back after."""
+    torch.set_num_threads(2)
+    counts = []
+
+    def step(value: torch.Tensor) -> torch.Tensor:
+        counts.append(torch.get_num_threads())
+        return value + (1 if torch.get_num_threads() == 1 or value.item() < 5 else 1 + 1e-6)
+
+    with cpu_kernels.StepThreads.one_of_two(2), cpu_kernels.StepThreads() as threads:
+        assert torch.get_num_threads() == 1
+        for name in ("same bits", "other bits"):
+            counts.clear()
+            start = torch.ones(1) if name == "same bits" else torch.full((1,), 9.0)
+            state = start
+            for _ in range(3):
+                state = threads.run(name, 1, step, state, state=state)
+            assert counts == ([1, 2, 1, 1] if name == "same bits" else [1, 2, 2, 2]), counts
+    assert cpu_kernels.StepThreads.same_bits == {
+        ("same bits", torch.float32, 1, 2): True, ("other bits", torch.float32, 1, 2): False
+    }
+    assert torch.get_num_threads() == 2
 
 
 def counting_step(counts: list[int]):

@@ -1,8 +1,8 @@
-"""The contract of `kernels_elmo.py`: every registered implementation of the recurrence and of the token layer gives
-the reference's results on random inputs (float32 and float64 where it supports them, bfloat16 where this CPU does;
-packed and padded; with and without a state; clips active), and the dispatcher takes the reference wherever a kernel
-could compute something else or this CPU cannot run it. GPU implementations run here on CPU tensors (Triton's kernels
-in its interpreter)."""
+"""The contract of `kernels_elmo.py`: every registered implementation of the recurrence, of the token layer and of
+the schedule of a layer's two directions gives the reference's results on random inputs (float32 and float64 where
+it supports them, bfloat16 where this CPU does; packed and padded; with and without a state; clips active; the
+schedules bit for bit), and the dispatcher takes the reference wherever a kernel could compute something else or this
+CPU cannot run it. GPU implementations run here on CPU tensors (Triton's kernels in its interpreter)."""
 
 import os
 import subprocess
@@ -15,13 +15,14 @@ from torch import nn
 
 from elmo_hf import ElmoModel, cpu_kernels
 from elmo_hf.kernels_elmo import (
+    DIRECTIONS_IMPLEMENTATIONS,
     RECURRENCE_IMPLEMENTATIONS,
     TOKEN_LAYER_IMPLEMENTATIONS,
     Implementation,
     choose_implementation,
 )
-from elmo_hf.modeling_elmo import ElmoCharacterEncoder, ElmoLstmCellWithProjection
-from elmo_hf.reference_elmo import KernelRequest, lstm_recurrence, token_layer
+from elmo_hf.modeling_elmo import ElmoCharacterEncoder, ElmoLstmCellWithProjection, ElmoLstmLayer
+from elmo_hf.reference_elmo import KernelRequest, SequenceBatch, directions_in_turn, lstm_recurrence, token_layer
 
 DTYPES = [torch.float32, torch.float64] + ([torch.bfloat16] if cpu_kernels.bfloat16_supported() else [])
 CPU = torch.device("cpu")
@@ -80,6 +81,48 @@ def test_every_recurrence_gives_the_reference_results(name, packed, with_state):
     assert runs or supported(implementation, torch.float32, not packed) or supported(
         implementation, torch.float64, not packed
     )
+
+
+def layer_and_inputs(dtype: torch.dtype = torch.float32) -> tuple[ElmoLstmLayer, tuple, SequenceBatch, tuple]:
+    """A biLSTM layer of odd sizes with clips active, and both directions' packed inputs and random states."""
+    torch.manual_seed(0)
+    layer = ElmoLstmLayer(tiny_config(projection_dim=5, lstm_dim=7, cell_clip=0.6, projection_clip=0.4), False)
+    for parameter in layer.parameters():
+        nn.init.normal_(parameter, std=0.7)
+    layer.to(dtype).eval()
+    lengths = torch.tensor([6, 6, 5, 4, 4, 3, 1])
+    batch = SequenceBatch(lengths, 6, True)
+    tokens = torch.randn(len(lengths), 6, 5, dtype=dtype) * (torch.arange(6) < lengths.unsqueeze(1)).unsqueeze(-1)
+    states = tuple((torch.randn(7, 5, dtype=dtype), torch.randn(7, 7, dtype=dtype)) for _ in "ab")
+    return layer, batch.directions(tokens), batch, states
+
+
+@pytest.mark.parametrize("name", [name for name in DIRECTIONS_IMPLEMENTATIONS if name != "reference"])
+@pytest.mark.parametrize("way", ["at once", "in turn"])
+def test_every_directions_schedule_gives_the_reference_bits(name, way, monkeypatch):
+    """Each way of running a layer's two directions gives what running them in turn gives, bit for bit (with two
+    torch threads, at once runs each direction with one where one gives the bits of two)."""
+    implementation = DIRECTIONS_IMPLEMENTATIONS[name]
+    for dtype in DTYPES:
+        if not implementation.supports(KernelRequest(dtype, CPU, False, True, False)):
+            continue
+        layer, inputs, batch, states = layer_and_inputs(dtype)
+        cells = (layer.forward_cell, layer.backward_cell)
+        with torch.no_grad():
+            expected = directions_in_turn(cells, inputs, batch, states)
+            monkeypatch.setattr(cpu_kernels.DirectionsAtOnce, "choices", {})
+            threads = torch.get_num_threads()
+            torch.set_num_threads(2)
+            try:
+                implementation.function(cells, inputs, batch, states)  # a kind's first call is at once
+                for choice in cpu_kernels.DirectionsAtOnce.choices.values():
+                    choice[0], choice[2] = way == "at once", 10**9
+                actual = implementation.function(cells, inputs, batch, states)
+            finally:
+                torch.set_num_threads(threads)
+        for (outputs, state), (expected_outputs, expected_state) in zip(actual, expected, strict=True):
+            for value, reference in zip((outputs, *state), (expected_outputs, *expected_state), strict=True):
+                assert torch.equal(value, reference)
 
 
 # (where the final run of one character id starts, its id) of each word of the token layer tests: a row of one id,
@@ -215,6 +258,31 @@ def test_the_dispatcher_takes_the_reference_wherever_a_kernel_could_differ():
         assert chosen(TOKEN_LAYER_IMPLEMENTATIONS, encoder, word_ids) == "reference"
         handle.remove()
     assert chosen(TOKEN_LAYER_IMPLEMENTATIONS, encoder, word_ids) == "reference"  # no training kernel for it
+
+
+def test_a_layer_runs_its_directions_at_once_only_where_its_cells_run_the_cpu_kernel(monkeypatch):
+    """The directions' schedule follows the cells' rules (hooks, wrapped layers, autograd, the config) and needs two
+    cores for this process."""
+    layer, (forward_inputs, backward_inputs), _, states = layer_and_inputs()
+    tensors = (forward_inputs, backward_inputs, *states[0], *states[1])
+    with torch.no_grad():
+        assert chosen(DIRECTIONS_IMPLEMENTATIONS, layer, *tensors) == (
+            "cpu at once" if cpu_kernels.available_cores() >= 2 else "reference"
+        )
+        monkeypatch.setattr(cpu_kernels, "available_cores", lambda: 2)
+        assert chosen(DIRECTIONS_IMPLEMENTATIONS, layer, *tensors) == "cpu at once"
+        handle = layer.backward_cell.projection.register_forward_hook(lambda *args: None)
+        assert chosen(DIRECTIONS_IMPLEMENTATIONS, layer, *tensors) == "reference"
+        handle.remove()
+        layer.config.elmo_implementation = "eager"
+        assert chosen(DIRECTIONS_IMPLEMENTATIONS, layer, *tensors) == "reference"
+        layer.config.elmo_implementation = "auto"
+        assert chosen(DIRECTIONS_IMPLEMENTATIONS, layer.double(), *(t.double() for t in tensors)) == "reference"
+        layer.float()
+        monkeypatch.setattr(cpu_kernels, "available_cores", lambda: 1)
+        assert chosen(DIRECTIONS_IMPLEMENTATIONS, layer, *tensors) == "reference"
+    monkeypatch.setattr(cpu_kernels, "available_cores", lambda: 2)
+    assert chosen(DIRECTIONS_IMPLEMENTATIONS, layer, *tensors) == "reference"  # autograd records the weights
 
 
 def test_padded_batches_run_the_reference_in_eager_mode():
