@@ -32,8 +32,9 @@ from the float64 reference on the same first sentences. A table of ratios (elmo-
 implementation, over AllenNLP, process by process) follows the main table.
 
 One thread side by side (`--one-thread`): `auto, 1 thread` rows run the shipped model in processes told
-`--threads 1`, alternating with the others; a table of ratios (`auto` with `--threads`, whose thread count
-`cpu_kernels.StepThreads` then picks step by step, over one thread, process by process) follows the main table.
+`--threads 1`, alternating with the others; a table of ratios (`auto` with `--threads`, whose layers then run their
+directions at once or in turn, `cpu_kernels.DirectionsAtOnce`, and whose steps' thread counts
+`cpu_kernels.StepThreads` picks, over one thread, process by process) follows the main table.
 
 `--processes N` measures each configuration in N fresh processes, the implementations alternating (auto, allennlp,
 auto, allennlp, ...); a row then gives the median over its processes and each process's tok/s. `--busy N` keeps N

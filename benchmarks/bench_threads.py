@@ -5,8 +5,9 @@
 
 Fresh processes differ by several percent from one another on a busy machine (`bench_inference.py --one-thread`
 shows it process by process), more than the difference asked about. Here one process runs every batch twice, with
-torch's thread count `--threads` (each step's count then picked by `cpu_kernels.StepThreads`) and with one thread,
-in alternating order (AB, BA, ...), so that both see the same load, caches and weights; the ratio of the two times is
+torch's thread count `--threads` (each layer's directions then run at once or in turn,
+`cpu_kernels.DirectionsAtOnce`, and each step's count picked by `cpu_kernels.StepThreads`) and with one thread, in
+alternating order (AB, BA, ...), so that both see the same load, caches and weights; the ratio of the two times is
 taken batch by batch. Printed: words/s of each, the geometric mean of the per-batch ratio (picked / one thread, as
 speed: above 1 is faster than one thread) with its 95% interval, and the share of batches where the picked count was
 faster. Random-weight model of the architecture (`bench_inference.py`'s corpus), float32, two warm-up batches each.

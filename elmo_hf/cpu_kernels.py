@@ -510,14 +510,7 @@ class StepThreads:
         if settled:
             trial.append(seconds)
         if len(trial) == self.TRIAL_STEPS:
-            # Keep the faster count; try again soon after a switch, later and later otherwise.
-            if statistics.fmean(trial) < 0.95 * statistics.fmean(recent or [0.0]):
-                choice[0], choice[1] = threads, self.FIRST_TRY
-            else:
-                choice[1] = min(2 * choice[1], self.LONGEST_INTERVAL)
-            choice[2] = choice[1]
-            recent.clear()
-            trial.clear()
+            keep_the_faster(choice, threads, recent, trial, self.FIRST_TRY, self.LONGEST_INTERVAL)
         return result
 
     def run_rows(self, name: str, step: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
@@ -562,6 +555,21 @@ class StepThreads:
         return result
 
 
+def keep_the_faster(
+    choice: list, tried: object, recent: list[float], trial: list[float], first_try: int, longest_interval: int
+) -> None:
+    """After a try (`StepThreads`, `DirectionsAtOnce`): `choice` `[way in use, interval between tries, countdown to the
+    next]` takes the `tried` way where its `trial` times averaged 5% under the `recent` ones of the way in use, and
+    tries again soon (`first_try`); otherwise the interval doubles, up to `longest_interval`. Both lists start anew."""
+    if recent and statistics.fmean(trial) < 0.95 * statistics.fmean(recent):
+        choice[0], choice[1] = tried, first_try
+    else:
+        choice[1] = min(2 * choice[1], longest_interval)
+    choice[2] = choice[1]
+    recent.clear()
+    trial.clear()
+
+
 class DirectionsAtOnce:
     """`reference_elmo.directions_in_turn` (same arguments and results) on a CPU: a biLSTM layer's two directions at
     once, the backward one in a worker thread, each with one torch thread (`StepThreads.one_of_two`), or in turn (each
@@ -570,11 +578,13 @@ class DirectionsAtOnce:
     The directions share nothing until the layer ends, so at once they need no barrier, where two threads splitting
     each product wait for each other at every product and, on a busy machine, for the one the scheduler put aside.
     Forwards of the original architecture on a 2-vCPU EPYC Zen 4 (float32, median ms): with two other CPU-bound
-    processes, batch 1 435 at once, 561 in turn, 548 with one thread; batch 64 3119, 4482, 4669. Idle, batch 64 1518
-    at once, 1618 in turn, while at batch 1 a layer ran 108 ms at once and 95 in turn: the steps read 40 MiB of
-    weights each, and memory, not arithmetic, bounds them. Hence timing: a layer starts at once; every so often
-    (`FIRST_TRY` layer calls, doubling up to `LONGEST_INTERVAL` while the choice holds) `TRIAL_CALLS` calls run the
-    other way, kept if 5% faster per step. The first call of a kind is not timed (it builds reordered weights).
+    processes, batch 1 435 at once, 561 in turn, 548 with one thread; batch 64 (sentences of one length) 3119, 4482,
+    4669. Idle, at batch 1 a layer ran 108 ms at once and 95 in turn: its steps read 40 MiB of weights each, and
+    memory, not arithmetic, bounds them; so do the steps of few rows that end a batch of sentences of many lengths
+    (ten fresh processes at batch 64 ran 756-803 words/s at once, 795-826 in turn). Hence: a kind of layer starts at
+    once where the machine looks busy (`first_count`), in turn otherwise; every so often (`FIRST_TRY` layer calls,
+    doubling up to `LONGEST_INTERVAL` while the choice holds) `TRIAL_CALLS` calls run the other way, kept if 5%
+    faster per step. The first call of a kind is not timed (it builds reordered weights).
 
     The bits are those of torch's count either way: one thread runs a kind of step only where `StepThreads` found it
     gives the same bits. With one torch thread there is no second one to run a direction in: in turn.
@@ -601,7 +611,7 @@ class DirectionsAtOnce:
         with cls._lock:  # threads sharing a model share the choice
             first = key not in cls.choices
             if first:
-                cls.choices[key], cls.timings[key] = [True, cls.FIRST_TRY, cls.FIRST_TRY], ([], [])
+                cls.choices[key], cls.timings[key] = [first_count(most) == 1, cls.FIRST_TRY, cls.FIRST_TRY], ([], [])
             choice = cls.choices[key]
             trying = not first and choice[2] <= 0 and len(cls.timings[key][0]) >= cls.TRIAL_CALLS
             at_once = choice[0] != trying
@@ -624,15 +634,8 @@ class DirectionsAtOnce:
                 recent[:] = [*recent[1 - cls.RECENT_CALLS :], per_step]
                 return
             trial.append(per_step)
-            if len(trial) < cls.TRIAL_CALLS:
-                return
-            if recent and statistics.fmean(trial) < 0.95 * statistics.fmean(recent):
-                choice[0], choice[1] = at_once, cls.FIRST_TRY
-            else:
-                choice[1] = min(2 * choice[1], cls.LONGEST_INTERVAL)
-            choice[2] = choice[1]
-            recent.clear()
-            trial.clear()
+            if len(trial) == cls.TRIAL_CALLS:
+                keep_the_faster(choice, at_once, recent, trial, cls.FIRST_TRY, cls.LONGEST_INTERVAL)
 
     @classmethod
     def _at_once(

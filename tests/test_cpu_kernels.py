@@ -452,9 +452,11 @@ def run_directions(cells, batch_sizes: list[int] = (1, 1)) -> tuple:
 
 @pytest.fixture
 def fresh_directions(fresh_thread_choices, monkeypatch):
-    """`DirectionsAtOnce` with no choices kept from earlier tests, and two torch threads."""
+    """`DirectionsAtOnce` with no choices kept from earlier tests, two torch threads, and a machine that looks busy
+    (a kind of layer starts at once)."""
     for table in ("choices", "timings"):
         monkeypatch.setattr(cpu_kernels.DirectionsAtOnce, table, {})
+    monkeypatch.setattr(cpu_kernels, "first_count", lambda most: 1)
     torch.set_num_threads(2)
 
 
@@ -492,6 +494,16 @@ def test_directions_settle_on_the_faster_way(fresh_directions, monkeypatch, at_o
             ways.append(calls[0]["at_once"])
     settled = ways[-20:]
     assert settled.count(at_once_faster) >= 20 - 2 * cpu_kernels.DirectionsAtOnce.TRIAL_CALLS, ways
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_a_kind_of_layer_starts_at_once_only_where_the_machine_looks_busy(fresh_directions, monkeypatch, busy):
+    monkeypatch.setattr(cpu_kernels, "first_count", lambda most: 1 if busy else most)
+    calls = []
+    cells = (PacedDirection({True: 0, False: 0}, calls), PacedDirection({True: 0, False: 0}, calls))
+    with torch.no_grad():
+        run_directions(cells)
+    assert [call["at_once"] for call in calls] == [busy, busy]
 
 
 def test_directions_run_in_turn_with_one_torch_thread(fresh_directions):
