@@ -45,9 +45,9 @@ import threading
 import time
 import weakref
 from collections import Counter
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
