@@ -443,6 +443,14 @@ class StepThreads:
             cls._scoped.most = None
 
     @classmethod
+    def resume_torch_count(cls) -> None:
+        """torch's count (`torch_count`) from here until a step sets another: before a sum that is not a step (a
+        reference's, or a product over all of a recurrence's steps) within a `scope`, so that its bits do not depend
+        on the count the steps before it left."""
+        if torch.get_num_threads() != cls.torch_count():
+            torch.set_num_threads(cls.torch_count())
+
+    @classmethod
     @contextlib.contextmanager
     def one_of_two(cls, most: int) -> Iterator[None]:
         """Within the block, the calling thread runs one of two directions at once (`DirectionsAtOnce`): each step
@@ -931,12 +939,16 @@ def lstm_with_projection(
     """`reference_elmo.lstm_recurrence` (same arguments and results) over a packed batch.
 
     The input-to-gate products of blocks of steps (about `GATE_INPUT_BLOCK_ROWS` rows) are one product each, with the
-    gate bias added there; the recurrent products use reordered weights where that pays (`RecurrentLinear`).
+    gate bias added there; the recurrent products use reordered weights where that pays (`RecurrentLinear`). A first
+    step whose rows all hold the same input and state (`alike_first_rows`) is computed for one row and copied.
     """
     batch_sizes = batch.batch_sizes
+    # Rows of the first step that repeat its last row (it alone is computed); none after it.
+    repeated = alike_first_rows(inputs, initial_state, batch_sizes[0]) if batch_sizes else 0
+    computed_rows = [size - repeated * (step == 0) for step, size in enumerate(batch_sizes)]
     input_to_gates = CpuLinear(linears.input_to_gates.weight, linears.hidden_to_gates.bias)
-    hidden_to_gates = RecurrentLinear(linears.hidden_to_gates, batch_sizes)
-    projection = RecurrentLinear(linears.projection, batch_sizes)
+    hidden_to_gates = RecurrentLinear(linears.hidden_to_gates, computed_rows)
+    projection = RecurrentLinear(linears.projection, computed_rows)
     state, finished = initial_state, FinishedRows()
     outputs = inputs.new_empty(inputs.shape[0], linears.projection.weight.shape[0])
     block_start = block_end = 0
@@ -947,21 +959,35 @@ def lstm_with_projection(
         for step, active in enumerate(batch_sizes):
             if position == block_end:
                 # Input-to-gate products of the next steps, up to GATE_INPUT_BLOCK_ROWS rows (at least one step).
-                block_start, block_end = position, position + active
+                block_start, block_end = position + repeated, position + active
                 for next_active in batch_sizes[step + 1 :]:
                     if block_end + next_active - block_start > GATE_INPUT_BLOCK_ROWS:
                         break
                     block_end += next_active
                 gate_inputs = threads.run_rows(gates_name, input_to_gates, inputs[block_start:block_end])
-            step_gate_inputs = gate_inputs[position - block_start : position - block_start + active]
+            step_gate_inputs = gate_inputs[position + repeated - block_start : position + active - block_start]
             state = finished.running(state, active)
             state = threads.run(
-                step_name, active, lstm_step, step_gate_inputs, state, hidden_to_gates, projection, cell_clip,
-                projection_clip, state=state[0],
-            )
+                step_name, active - repeated, lstm_step, step_gate_inputs, tuple(t[repeated:] for t in state),
+                hidden_to_gates, projection, cell_clip, projection_clip, state=state[0][repeated:],
+            )  # fmt: skip
+            if repeated:
+                state, repeated = tuple(t.expand(active, -1).contiguous() for t in state), 0
             outputs[position : position + active] = state[0]
             position += active
     return outputs, finished.final(state)
+
+
+def alike_first_rows(inputs: torch.Tensor, state: LstmState, rows: int) -> int:
+    """How many of a packed batch's first `rows` rows (its first step) repeat the last of them, byte for byte in the
+    inputs and in both state tensors: `rows - 1` or 0. Every row of a stateless call's first step is alike (zero
+    state; the same boundary token, or what the layer below made of it), and a row's products do not depend on the
+    rows beside it (`ReorderTimings`), so computing the last row alone gives every row's bits."""
+    if rows < 2:
+        return 0
+    last = rows - 1
+    alike = all(same_bytes(t[:last], t[last:rows].expand(last, *t.shape[1:])) for t in (inputs, *state))
+    return last if alike else 0
 
 
 def lstm_step(

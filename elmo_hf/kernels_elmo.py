@@ -29,6 +29,10 @@ faster implementation:
    autograd recording, layout): capability first, so a kernel runs only where this machine can run it, and the
    answer depends on nothing but the call and the machine, the same in every process.
 
+Where the reference is taken within a forward, it runs with torch's thread count, whatever count the CPU kernels'
+steps before it left (`StepThreads.scope` holds that count for the cheap work between steps): a reference's bits
+depend on the call alone.
+
 A new kernel (a GPU one, say) is one more entry in a table, with its own `supports`. (Imports name what they take,
 `from .file import name`: `transformers` copies a saved folder's remote code by following imports of that form.)
 """
@@ -152,12 +156,19 @@ def choose_implementation(
     """The dispatcher: the function of `table` that computes `module`'s call on `tensors` (its inputs; `module`'s
     parameters are checked too) over a packed or padded batch. See the module docstring for the rules."""
     tracing = traced()
+    reference = table["reference"].function
     if not tracing and (module.config.elmo_implementation != "auto" or not runs_as_written(module, tensors)):
-        return table["reference"].function
-    parameter = next(module.parameters())
-    recording = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *module.parameters()))
-    request = KernelRequest(parameter.dtype, parameter.device, recording, packed, tracing)
-    return next(implementation.function for implementation in table.values() if implementation.supports(request))
+        function = reference
+    else:
+        parameter = next(module.parameters())
+        recording = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *module.parameters()))
+        request = KernelRequest(parameter.dtype, parameter.device, recording, packed, tracing)
+        function = next(entry.function for entry in table.values() if entry.supports(request))
+    if function is reference and not tracing:
+        # A reference runs its sums with torch's thread count, not one the CPU kernels' steps before it in the same
+        # forward left (`StepThreads.scope`): its bits never depend on them.
+        StepThreads.resume_torch_count()
+    return function
 
 
 __all__ = [

@@ -75,6 +75,10 @@ from .reference_elmo import (
 )
 from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
 
+# The alignment in bytes of the memory torch's CPU allocator hands out (c10's `gAlignment` on x86), by which MKL and
+# oneDNN pick their code paths.
+MEMORY_ALIGNMENT = 64
+
 
 class ElmoCharCnn(nn.Module):
     """Convolutions of several widths over a word's characters, max-pooled over positions, then the activation."""
@@ -336,6 +340,22 @@ def init_like_the_original(model: "ElmoModel") -> None:
             init.uniform_(cell.projection.weight, -bound, bound)
 
 
+def align_in_memory(model: nn.Module) -> None:
+    """Moves each CPU parameter and buffer whose data does not start at a multiple of `MEMORY_ALIGNMENT` bytes (a
+    safetensors file maps its tensors at any offset) to memory that does, in place (`.data`, so tied and shared
+    parameters stay one object). MKL picks its code paths by the alignment of the matrices it multiplies: without
+    this, a loaded model's reference modules computed other bits than the model it was saved from."""
+    for module in model.modules():
+        for tensor in (*module._parameters.values(), *module._buffers.values()):
+            if (
+                tensor is not None
+                and type(tensor.data) is torch.Tensor
+                and tensor.device.type == "cpu"
+                and tensor.data_ptr() % MEMORY_ALIGNMENT
+            ):
+                tensor.data = tensor.data.clone(memory_format=torch.contiguous_format)
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     """Weight initialisation and loading for every ELMo model."""
 
@@ -378,10 +398,13 @@ class ElmoPreTrainedModel(PreTrainedModel):
         shown = logging.is_progress_bar_enabled()
         logging.disable_progress_bar()
         try:
-            return super().from_pretrained(resolve_model_name(pretrained_model_name_or_path), *args, **kwargs)
+            loaded = super().from_pretrained(resolve_model_name(pretrained_model_name_or_path), *args, **kwargs)
         finally:
             if shown:
                 logging.enable_progress_bar()
+        align_in_memory(loaded[0] if isinstance(loaded, tuple) else loaded)
+        return loaded
+
 
 
 class ElmoModel(ElmoPreTrainedModel):
@@ -449,26 +472,35 @@ class ElmoModel(ElmoPreTrainedModel):
         return torch.where((steps == lengths.unsqueeze(1) + 1).unsqueeze(-1), embeddings[1], tokens)
 
     def boundary_layers(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, lstm_state: LstmState | None = None
-    ) -> tuple[list[torch.Tensor], LstmState]:
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        lstm_state: LstmState | None = None,
+        final_steps: bool = True,
+    ) -> tuple[list[torch.Tensor], LstmState | None]:
         """The biLM's layers with the sentence boundaries kept (what the pretraining softmax reads), and the final
         LSTM state. Rows must be right-padded: each row's words first, then padding.
 
         Args:
             input_ids, attention_mask, lstm_state: as for `forward`.
+            final_steps: `False` skips each direction's last step (`SequenceBatch`) where the batch is packed: the
+                biLSTM layers' forward halves are then zero at `</S>` and their backward halves at `<S>`, and no
+                final state is returned. `forward` skips them unless asked for the state: it drops the boundaries,
+                so a sentence of n words runs n + 1 steps per direction instead of n + 2.
 
         Returns:
             `num_layers + 1` tensors `(batch_size, sequence_length + 2, 2 * projection_dim)`: `[token; token]`, then
             every biLSTM layer, `<S>` at position 0 and `</S>` at each row's length + 1, zeros beyond; and the final
-            `(h, c)` as `forward` returns it.
+            `(h, c)` as `forward` returns it (`None` where the final steps were skipped).
         """
         mask = word_mask(input_ids, attention_mask)
         lengths = mask.sum(1)
-        batch = SequenceBatch(lengths + 2, mask.shape[1] + 2, packed=not uses_padded_batches(self.config))
+        packed = not uses_padded_batches(self.config)
+        batch = SequenceBatch(lengths + 2, mask.shape[1] + 2, packed, final_steps)
         tokens = self._boundary_tokens(input_ids, mask, batch.packed)
         initial_state = initial_lstm_state(self.config, lstm_state, mask.shape[0], tokens)
         layer_outputs, final_state = self.bilm(tokens, batch, initial_state)
-        return [torch.cat([tokens, tokens], dim=-1)] + layer_outputs, final_state
+        return [torch.cat([tokens, tokens], dim=-1)] + layer_outputs, final_state if batch.final_steps else None
 
     @can_return_tuple
     def forward(
@@ -493,7 +525,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 Return all `num_layers + 1` layers in `hidden_states`.
             output_lstm_state (`bool`, *optional*):
                 Return the final LSTM state in `lstm_state`. Rows of the given `lstm_state` beyond this batch are
-                passed through unchanged, as the original implementations keep them.
+                passed through unchanged, as the original implementations keep them. Without it, each direction
+                skips its step at the far boundary, whose output is dropped (`boundary_layers`).
         """
         padded = uses_padded_batches(self.config)
         check_model_inputs(self.config, input_ids, attention_mask, not (padded and traced()), model=self)
@@ -506,7 +539,9 @@ class ElmoModel(ElmoPreTrainedModel):
         with contextlib.nullcontext() if traced() else StepThreads.scope():
             # Words to the front of each row (left padding or holes in the mask), in order; undone on the outputs.
             words_first = WordsFirst(mask, packed=not padded)
-            layers, final_state = self.boundary_layers(words_first.apply(input_ids), words_first.mask, lstm_state)
+            layers, final_state = self.boundary_layers(
+                words_first.apply(input_ids), words_first.mask, lstm_state, final_steps=bool(output_lstm_state)
+            )
             keep = words_first.mask.unsqueeze(-1).to(layers[0].dtype)
             layers = [words_first.restore(layer[:, 1 : sequence_length + 1] * keep) for layer in layers]
         # Rows of the given state beyond this batch pass through (the export path takes exactly batch_size rows).

@@ -61,17 +61,24 @@ class SequenceBatch:
         lengths: `(batch_size,)` tokens per row.
         steps: the padded length of the batch (at least `lengths.max()`).
         packed: the layout.
+        final_steps: whether each direction runs its last step, the one that reads the row's other end (`</S>` for
+            the forward direction, `<S>` for the backward one). Without it (packed only: `ElmoModel` when no final
+            state is asked for), a row runs `length - 1` steps per direction: that step's output is the other
+            boundary's, which `ElmoModel` drops, and its state is the final state, so neither is computed, the
+            merged outputs are zero there and the recurrence's final state is not a row's final state.
     """
 
-    def __init__(self, lengths: torch.Tensor, steps: int, packed: bool):
+    def __init__(self, lengths: torch.Tensor, steps: int, packed: bool, final_steps: bool = True):
         self.packed, self.batch_size, self.steps = packed, lengths.shape[0], steps
+        self.final_steps = final_steps or not packed
         positions = torch.arange(steps, device=lengths.device)
         self.batch_sizes: list[int] | None = None
         self.mask: torch.Tensor | None = None
         if packed:
             sorted_lengths, self.order = lengths.sort(descending=True)
             self.unsort = self.order.argsort()
-            running = positions.unsqueeze(1) < sorted_lengths.unsqueeze(0)
+            skipped = 0 if self.final_steps else 1
+            running = positions[: steps - skipped].unsqueeze(1) < (sorted_lengths - skipped).unsqueeze(0)
             self.batch_sizes = running.sum(1).tolist()
             # Where each packed position lives in the flattened `(batch_size * steps)` batch, per direction: the
             # backward direction reads row r at step t from position length - 1 - t.

@@ -136,6 +136,7 @@ class LstmWithProjectionFunction(torch.autograd.Function):
         projection_clip: float | None,
         steps: TrainingSteps,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        StepThreads.resume_torch_count()  # the product's bits must not depend on the steps of the cells before
         gate_inputs = nn.functional.linear(inputs, input_to_gates)
         record = steps.forward(
             gate_inputs, hidden, cell, hidden_to_gates, bias, projection, batch_sizes, cell_clip, projection_clip

@@ -55,11 +55,13 @@ def random_linears(dtype: torch.dtype) -> LstmLinears:
     return linears
 
 
-def random_batch(dtype: torch.dtype, packed: bool, with_state: bool, lengths: list[int] = LENGTHS):
+def random_batch(
+    dtype: torch.dtype, packed: bool, with_state: bool, lengths: list[int] = LENGTHS, final_steps: bool = True
+):
     """Inputs of one direction (rows of `lengths` tokens) in the layout, the layout and an initial state (random, or
     zeros)."""
     generator = torch.Generator().manual_seed(1)
-    batch = SequenceBatch(torch.tensor(lengths), max(lengths), packed)
+    batch = SequenceBatch(torch.tensor(lengths), max(lengths), packed, final_steps)
     tokens = torch.randn(len(lengths), max(lengths), 5, generator=generator, dtype=torch.float64)
     tokens = tokens * (torch.arange(max(lengths)) < torch.tensor(lengths).unsqueeze(1)).unsqueeze(-1)
     state = [torch.randn(1, len(lengths), dim, generator=generator, dtype=torch.float64) for dim in (5, 7)]

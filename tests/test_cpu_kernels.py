@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import MIXED_SENTENCES as SENTENCES
-from conftest import encode, tiny_config
+from conftest import encode, random_linears, tiny_config
 from torch import nn
 
 from elmo_hf import ElmoConfig, ElmoModel, cpu_kernels
 from elmo_hf.cpu_kernels import PLAIN, REORDERED, CpuLinear, RecurrentLinear, ReorderedWeights, ReorderTimings
 from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS, Implementation
+from elmo_hf.reference_elmo import SequenceBatch, lstm_recurrence
 
 
 def eager_copy(model: ElmoModel) -> ElmoModel:
@@ -255,6 +256,37 @@ def test_every_recurrent_kernel_gives_the_same_bits(shape):
             assert torch.equal(cpu_kernels.recurrent_product(inputs, reordered, add), expected)
             if cpu_kernels.REORDERED_SINGLE_ROW in kernels:
                 assert torch.equal(cpu_kernels.onednn_linear(inputs, reordered, None, add), expected)
+            # and a row's bits do not depend on the rows beside it (what computing alike rows once relies on)
+            last = slice(rows - 1, rows)
+            assert torch.equal(cpu_kernels.recurrent_product(inputs[last], weight, add[last]), expected[last])
+
+
+def test_a_first_step_of_alike_rows_is_computed_once_with_each_rows_bits(monkeypatch):
+    """Rows entering the first step with the same input and state (a stateless call: zero state, one boundary token)
+    are computed as one row and copied, giving the bits of computing every row (outputs and final states); a row
+    that differs in any byte, a signed zero included, computes every row."""
+    linears = random_linears(torch.float32)
+    lengths = torch.tensor([6, 6, 5, 4, 4, 3, 1])
+    batch = SequenceBatch(lengths, 6, True)
+    tokens = torch.randn(7, 6, 5, generator=torch.Generator().manual_seed(0))
+    tokens[:, 0] = tokens[0, 0]
+    inputs = batch.directions(tokens * (torch.arange(6) < lengths.unsqueeze(1)).unsqueeze(-1))[0]
+    zeros = (torch.zeros(7, 5), torch.zeros(7, 7))
+    assert cpu_kernels.alike_first_rows(inputs, zeros, 7) == 6
+    signed_zero = (zeros[0].clone(), zeros[1])
+    signed_zero[0][3, 2] = -0.0
+    other_input = inputs.clone()
+    other_input[2, 1] += 1
+    assert cpu_kernels.alike_first_rows(inputs, signed_zero, 7) == 0
+    assert cpu_kernels.alike_first_rows(other_input, zeros, 7) == 0
+    with torch.inference_mode():
+        once = cpu_kernels.lstm_with_projection(inputs, batch, zeros, linears, 0.6, 0.4)
+        monkeypatch.setattr(cpu_kernels, "alike_first_rows", lambda *args: 0)
+        every_row = cpu_kernels.lstm_with_projection(inputs, batch, zeros, linears, 0.6, 0.4)
+        expected = lstm_recurrence(inputs, batch, zeros, linears, 0.6, 0.4)
+    for value, each, reference in zip((once[0], *once[1]), (every_row[0], *every_row[1]), (expected[0], *expected[1])):
+        assert torch.equal(value, each)
+        torch.testing.assert_close(value, reference, rtol=1e-6, atol=1e-6)
 
 
 def test_reordered_copies_are_used_only_where_they_pay(monkeypatch):
@@ -424,6 +456,45 @@ def test_the_thread_count_of_a_step_never_changes_the_result(fresh_thread_choice
         "token layer of 50 characters", "input to gates", "step"
     }
     assert all(checked.values())
+
+
+def test_sums_outside_the_kernels_steps_run_with_torchs_count(fresh_thread_choices, tokenizer, monkeypatch):
+    """Within a forward, the kernels' steps may leave one thread for the cheap work between them; a reference cell
+    (here under a hook) and the training kernel's input-to-gate products still run with torch's count, so that their
+    bits never depend on the count the steps before them left (the first training call after an inference call once
+    gave other bits than the second)."""
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config()).eval()
+    batch = encode(tokenizer, SENTENCES)
+    torch.set_num_threads(2)
+    cpu_kernels.StepThreads.choices[2] = [1, 1024, 1024]  # every checked step on one thread
+    steps, products = [], []
+    with_count = cpu_kernels.StepThreads._with
+
+    def recorded(self, threads, step, args):
+        steps.append(threads)
+        return with_count(self, threads, step, args)
+
+    monkeypatch.setattr(cpu_kernels.StepThreads, "_with", recorded)
+    top = model.bilm.layers[-1].forward_cell
+    top.projection.register_forward_hook(lambda *args: products.append(("hooked", torch.get_num_threads())))
+    linear = nn.functional.linear
+
+    def input_to_gates(inputs, weight, *args):
+        if weight.shape == top.input_to_gates.weight.shape and not args:
+            products.append(("input to gates", torch.get_num_threads()))
+        return linear(inputs, weight, *args)
+
+    with torch.inference_mode():
+        expected = model(**batch).last_hidden_state
+        assert model(**batch).last_hidden_state.equal(expected)
+    monkeypatch.setattr(nn.functional, "linear", input_to_gates)
+    hooked = products.copy()
+    trained = [model(**batch).last_hidden_state for _ in range(2)]
+    assert 1 in steps and hooked and all(threads == 2 for _, threads in products)
+    assert {name for name, _ in products} == {"hooked", "input to gates"}
+    assert torch.equal(trained[0], trained[1])
+    torch.testing.assert_close(trained[0], expected)
 
 
 class PacedDirection(nn.Module):

@@ -18,7 +18,12 @@ from transformers.dynamic_module_utils import get_imports
 
 from elmo_hf import ElmoModel, gpu_kernels
 from elmo_hf.gpu_kernels import RecurrenceGraphs, graphed_recurrence
-from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS, Implementation
+from elmo_hf.kernels_elmo import (
+    DIRECTIONS_IMPLEMENTATIONS,
+    RECURRENCE_IMPLEMENTATIONS,
+    TOKEN_LAYER_IMPLEMENTATIONS,
+    Implementation,
+)
 from elmo_hf.reference_elmo import KernelRequest, LstmLinears, lstm_recurrence
 
 # Triton reads TRITON_INTERPRET as it compiles a kernel file, imported on the first call of the fused recurrence.
@@ -241,6 +246,9 @@ def test_a_model_through_the_gpu_implementations_gives_the_reference_results(
         function = table[name].function
         recorded = Implementation(lambda *args, function=function: calls.append(1) or function(*args), lambda _: True)
         monkeypatch.setitem(table, "cpu", recorded)
+    # A layer's cells in turn, as on a GPU: Triton's interpreter runs one kernel at a time, not one per direction.
+    at_once = DIRECTIONS_IMPLEMENTATIONS["cpu at once"]
+    monkeypatch.setitem(DIRECTIONS_IMPLEMENTATIONS, "cpu at once", Implementation(at_once.function, lambda _: False))
     model = ElmoModel(tiny_config()).to(dtype).eval()
     model.load_state_dict(tiny_model.state_dict())
     inputs = encode(tokenizer, MIXED_SENTENCES)

@@ -3,8 +3,9 @@
 import pytest
 import torch
 from conftest import encode, tiny_config
+from torch import nn
 
-from elmo_hf import ElmoConfig, ElmoModel
+from elmo_hf import ElmoConfig, ElmoModel, modeling_elmo
 from elmo_hf.modeling_elmo import ElmoLstmCellWithProjection
 from elmo_hf.reference_elmo import SequenceBatch
 
@@ -113,6 +114,47 @@ def test_zero_state_equals_stateless(tiny_model, tokenizer):
 
 
 @pytest.mark.parametrize("implementation", ["eager", "auto"])
+def test_without_the_final_state_each_direction_skips_the_far_boundary(tiny_model, tokenizer, implementation, monkeypatch):
+    """A sentence of n words runs n + 1 steps per direction unless the final state is asked for (n + 2 then): the
+    step at the far boundary (`</S>` forward, `<S>` backward) makes only that boundary's output and the final
+    state. The layers `forward` returns are the same either way: bit for bit on the CPU kernels, whose rows do not
+    depend on the rows beside them; within float32 rounding on the reference modules, whose products of fewer rows
+    may sum in another order."""
+    tiny_model.config.elmo_implementation = implementation
+    batches = []
+
+    class RecordedBatch(modeling_elmo.SequenceBatch):
+        def __init__(self, *args):
+            super().__init__(*args)
+            batches.append(self)
+
+    monkeypatch.setattr(modeling_elmo, "SequenceBatch", RecordedBatch)
+    inputs = encode(tokenizer, SENTENCES)
+    words, rows = int(inputs["attention_mask"].sum()), len(SENTENCES)
+    with torch.inference_mode():
+        skipped = tiny_model(**inputs, output_hidden_states=True)
+        full = tiny_model(**inputs, output_hidden_states=True, output_lstm_state=True)
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        boundaries, state = tiny_model.boundary_layers(ids, mask, final_steps=False)
+        every, _ = tiny_model.boundary_layers(ids, mask)
+    assert [sum(batch.batch_sizes) for batch in batches] == [words + rows, words + 2 * rows] * 2
+    assert skipped.lstm_state is None and state is None
+    for layer, expected in zip(skipped.hidden_states, full.hidden_states, strict=True):
+        if implementation == "auto":
+            assert torch.equal(layer, expected)
+        else:
+            torch.testing.assert_close(layer, expected, rtol=1e-6, atol=1e-6)
+    # In the boundary layers, the skipped steps' outputs are zero: forward halves at </S>, backward halves at <S>.
+    dim, ends = tiny_model.config.projection_dim, mask.sum(1) + 1
+    forward_kept = torch.ones(rows, ids.shape[1] + 2, dtype=torch.bool)
+    forward_kept[torch.arange(rows), ends] = False
+    for layer, expected in zip(boundaries[1:], every[1:], strict=True):
+        assert not layer[torch.arange(rows), ends, :dim].any() and not layer[:, 0, dim:].any()
+        torch.testing.assert_close(layer[..., :dim][forward_kept], expected[..., :dim][forward_kept], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(layer[:, 1:, dim:], expected[:, 1:, dim:], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "auto"])
 def test_lstm_cell_scan_matches_a_plain_cell(implementation):
     """The scan over a packed, length-sorted batch against a step-by-step loop per row, on both paths."""
     torch.manual_seed(0)
@@ -181,6 +223,30 @@ def test_save_and_load_round_trip(tiny_model, tokenizer, tmp_path):
     with torch.no_grad():
         assert torch.equal(reloaded(**inputs).last_hidden_state, tiny_model(**inputs).last_hidden_state)
     assert reloaded.config.filters == tiny_model.config.filters
+
+
+def test_loaded_weights_lie_aligned_and_compute_the_saved_models_bits(tiny_model, tokenizer, tmp_path):
+    """safetensors maps tensors at any offset of the file, and MKL picks its code paths by alignment: a loaded
+    model's tensors are moved to aligned memory (`align_in_memory`), so its reference modules compute the bits of the
+    model it was saved from (before, a reloaded PEFT adapter predicted 1 ulp away from the trained one)."""
+    tiny_model.save_pretrained(tmp_path)
+    reloaded, info = ElmoModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"]
+    tensors = [*reloaded.parameters(), *reloaded.buffers()]
+    assert all(tensor.data_ptr() % modeling_elmo.MEMORY_ALIGNMENT == 0 for tensor in tensors)
+    # A tensor at an odd offset, as a memory map hands them out, is moved: same values, same parameter object.
+    linear = nn.Linear(3, 2)
+    weight = linear.weight
+    weight.data = torch.arange(7.0)[1:].view(2, 3)
+    assert weight.data_ptr() % modeling_elmo.MEMORY_ALIGNMENT
+    modeling_elmo.align_in_memory(linear)
+    assert linear.weight is weight and weight.data_ptr() % modeling_elmo.MEMORY_ALIGNMENT == 0
+    assert torch.equal(weight, torch.arange(1.0, 7.0).view(2, 3))
+    for model in (tiny_model, reloaded):
+        model.config.elmo_implementation = "eager"
+    inputs = encode(tokenizer, SENTENCES)
+    with torch.no_grad():
+        assert torch.equal(reloaded(**inputs).last_hidden_state, tiny_model(**inputs).last_hidden_state)
 
 
 @pytest.mark.parametrize(
