@@ -406,7 +406,6 @@ class ElmoPreTrainedModel(PreTrainedModel):
         return loaded
 
 
-
 class ElmoModel(ElmoPreTrainedModel):
     """The ELMo biLM: per-word contextual vectors from character ids.
 
