@@ -544,12 +544,9 @@ class StepThreads:
                 cls.same_bits[key] = verified
         return verified
 
-    @classmethod
-    def _second_core_free(cls) -> bool:
-        """Whether the run queue leaves a core for a second thread (`cores_free`; true where it cannot tell), asked
-        once this process's own threads have stopped spinning (until then they count as others)."""
-        if time.perf_counter() - cls.parallel_until <= cls.SPIN_SECONDS:
-            return True
+    @staticmethod
+    def _second_core_free() -> bool:
+        """Whether the run queue leaves a core for a second thread (`cores_free`; true where it cannot tell)."""
         free = cores_free()
         return free is None or free >= 2
 
@@ -815,9 +812,11 @@ def first_count(most: int) -> int:
 
 
 def cores_free() -> int | None:
-    """The cores that no other thread is running or waiting to run on right now: the machine's cores less the other
-    runnable threads of the run queue (Linux's `/proc/loadavg` counts the caller among them). None where it cannot
-    tell: no such file, or this process may run on only some of the cores (the count is the whole machine's)."""
+    """The cores that no other process's thread is running or waiting to run on right now: the machine's cores less
+    the runnable threads of the run queue (Linux's `/proc/loadavg`) that are not this process's (`own_runnable_threads`:
+    the caller, and a worker of a product just finished still spinning, are no load from others; counted as such, they
+    made a fresh process on an idle 2-vCPU EPYC take the machine for busy). None where it cannot tell: no such file,
+    or this process may run on only some of the cores (the count is the whole machine's)."""
     cores = os.cpu_count()
     if cores is None or available_cores() != cores:
         return None
@@ -826,7 +825,23 @@ def cores_free() -> int | None:
             runnable = int(loadavg.read().split()[3].split("/")[0])
     except (OSError, ValueError, IndexError):
         return None
-    return cores - (runnable - 1)
+    return cores - max(runnable - own_runnable_threads(), 0)
+
+
+def own_runnable_threads(tasks: Path = Path("/proc/self/task")) -> int:
+    """This process's threads that are running or waiting to run (state `R` in Linux's `/proc/self/task/*/stat`), at
+    least one: the caller. One where the system does not tell."""
+    runnable = 0
+    try:
+        for task in tasks.iterdir():
+            try:
+                # "tid (name) state ...": the name may hold spaces and parentheses, the state follows the last ")".
+                runnable += (task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "R"
+            except (OSError, IndexError):  # a thread that ended meanwhile
+                continue
+    except OSError:
+        return 1
+    return max(runnable, 1)
 
 
 def available_cores() -> int:

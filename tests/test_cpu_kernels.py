@@ -842,13 +842,16 @@ def test_a_process_starts_from_one_thread_where_the_machine_looks_busy(monkeypat
 
 
 @pytest.mark.parametrize(
-    ("loadavg", "affinity", "expected"),
-    [("0.50 0.40 0.30 1/120 999", {0, 1}, 2), ("3.10 2.90 2.00 3/131 999", {0, 1}, 0), ("1.00 1.00 1.00 2/99 9", {0, 1}, 1),
-     ("0.50 0.40 0.30 1/120 999", {0}, None), ("garbled", {0, 1}, None)],
+    ("loadavg", "affinity", "own", "expected"),
+    [("0.50 0.40 0.30 1/120 999", {0, 1}, 1, 2), ("3.10 2.90 2.00 3/131 999", {0, 1}, 1, 0),
+     ("1.00 1.00 1.00 2/99 9", {0, 1}, 1, 1), ("1.00 1.00 1.00 2/99 9", {0, 1}, 2, 2),
+     ("1.00 1.00 1.00 3/99 9", {0, 1}, 2, 1), ("0.50 0.40 0.30 1/120 999", {0}, 1, None),
+     ("garbled", {0, 1}, 1, None)],
 )  # fmt: skip
-def test_cores_free_reads_the_run_queue(monkeypatch, tmp_path, loadavg, affinity, expected):
-    """The cores no other thread wants now: the cores less the runnable threads other than the caller; unknown where
-    this process may run on only some cores or the run queue cannot be read."""
+def test_cores_free_reads_the_run_queue(monkeypatch, tmp_path, loadavg, affinity, own, expected):
+    """The cores no other process's thread wants now: the cores less the runnable threads that are not this
+    process's (its own, a spinning worker included, are no load); unknown where this process may run on only some
+    cores or the run queue cannot be read."""
     real_open = open
 
     def fake_open(path, *args, **kwargs):
@@ -860,7 +863,24 @@ def test_cores_free_reads_the_run_queue(monkeypatch, tmp_path, loadavg, affinity
     monkeypatch.setattr("builtins.open", fake_open)
     monkeypatch.setattr(cpu_kernels.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(cpu_kernels.os, "sched_getaffinity", lambda pid: affinity, raising=False)
+    monkeypatch.setattr(cpu_kernels, "own_runnable_threads", lambda: own)
     assert cpu_kernels.cores_free() == expected
+
+
+def test_own_runnable_threads_reads_each_threads_state(tmp_path):
+    """Threads in state R count (the state follows the last parenthesis: a name may hold spaces and parentheses);
+    a thread that ended while being read is skipped; at least one (the caller), and one where nothing can be read."""
+    for tid, stat in [("11", "11 (python) R 1 11"), ("12", "12 (omp worker (2)) R 1 11"), ("13", "13 (a b) S 1 11"),
+                      ("14", None)]:  # fmt: skip
+        (tmp_path / tid).mkdir()
+        if stat is not None:
+            (tmp_path / tid / "stat").write_text(stat)
+    assert cpu_kernels.own_runnable_threads(tmp_path) == 2
+    (tmp_path / "11" / "stat").write_text("11 (python) S 1 11")
+    (tmp_path / "12" / "stat").write_text("12 (omp worker (2)) S 1 11")
+    assert cpu_kernels.own_runnable_threads(tmp_path) == 1
+    assert cpu_kernels.own_runnable_threads(tmp_path / "missing") == 1
+    assert cpu_kernels.own_runnable_threads() >= 1  # this process's own, read from the system
 
 
 def test_step_threads_put_off_tries_of_two_threads_while_no_core_is_free(fresh_thread_choices, monkeypatch):
