@@ -153,7 +153,15 @@ class ElmoCharacterEncoder(nn.Module):
         self.projection = nn.Linear(config.word_embedding_dim + config.num_filters, config.projection_dim)
 
     def forward(self, word_ids: torch.Tensor) -> torch.Tensor:
-        """`(num_words, row_width)` ids (characters, then the word id if any) -> `(num_words, projection_dim)`."""
+        """`(..., row_width)` ids (characters, then the word id if any), such as `input_ids`, -> `(...,
+        projection_dim)`: each row of ids alone (a padding row too)."""
+        if word_ids.dim() == 0 or word_ids.shape[-1] != self.config.row_width:
+            raise ValueError(
+                f"{type(self).__name__} takes rows of {self.config.row_width} ids per word (shape (..., "
+                f"{self.config.row_width}), as ElmoTokenizer's input_ids), got shape {tuple(word_ids.shape)}."
+            )
+        leading = word_ids.shape[:-1]
+        word_ids = word_ids.reshape(-1, self.config.row_width)
         layers = TokenLayers(
             self.char_embeddings, self.char_cnn, self.highway, self.word_embeddings, self.projection,
             self.config.max_characters_per_token, self.config.activation, tuple(self.char_cnn.convolutions),
@@ -162,7 +170,7 @@ class ElmoCharacterEncoder(nn.Module):
         # A padded batch (the export path) takes all words at once: a number of chunks would depend on the data.
         packed = not uses_padded_batches(self.config)
         token_layer = choose_implementation(TOKEN_LAYER_IMPLEMENTATIONS, self, packed, word_ids)
-        return token_layer(word_ids, layers, self.chunk_size if packed else None)
+        return token_layer(word_ids, layers, self.chunk_size if packed else None).view(*leading, -1)
 
 
 class ElmoLstmCellWithProjection(nn.Module):
