@@ -130,6 +130,8 @@ class ReorderTimings:
     choose among identical results, so the model stays deterministic across calls and processes whatever they say.
     """
 
+    # How much faster than the reordered weight another kernel must measure to be taken instead.
+    SWITCH_MARGIN = 0.1
     # {(out_features, in_features, dtype, threads, bucket): {kernel: seconds}, for the kernels giving the plain
     # weight's bits}
     products: dict[tuple, dict[str, float]] = {}
@@ -147,6 +149,18 @@ class ReorderTimings:
         if key not in cls.products:
             cls.products[key] = cls._measure(weight, row_bucket(rows))
         return cls.products[key]
+
+    @classmethod
+    def kernel(cls, weight: torch.Tensor, rows: int) -> str:
+        """The kernel for products of `rows` rows once a reordered copy is kept: `REORDERED`, unless another
+        identical kernel measured `SWITCH_MARGIN` faster. Timings of kernels this close flip from process to process
+        (the original architecture's 512x4096 projection under AVX2 took the plain weight in some fresh processes and
+        the reordered one in others, at 16 to 64 rows), and the choice should be the same in every process."""
+        timings = cls.product(weight, rows)
+        fastest = min(timings, key=timings.get)
+        if REORDERED in timings and timings[fastest] > (1 - cls.SWITCH_MARGIN) * timings[REORDERED]:
+            return REORDERED
+        return fastest
 
     @classmethod
     def saving(cls, weight: torch.Tensor, rows: int) -> float:
@@ -332,8 +346,9 @@ class RecurrentLinear:
     make products of `row_counts` rows: `(rows, in_features)` -> `(rows, out_features)`, plus the step's addend.
 
     Takes the reordered copy of `ReorderedWeights` when the timings say the steps of this call save more than
-    checking the copy costs (a copy made now pays off over the calls that follow), and for each row count the fastest
-    kernel of those giving the same bits (`ReorderTimings`), chosen once per call.
+    checking the copy costs (a copy made now pays off over the calls that follow), and for each row count the
+    reordered weight unless a kernel giving the same bits measured clearly faster (`ReorderTimings.kernel`), chosen
+    once per call.
     """
 
     def __init__(self, linear: nn.Module, row_counts: list[int]):
@@ -346,8 +361,7 @@ class RecurrentLinear:
         self.kernels: dict[int, tuple[str, torch.Tensor]] = dict.fromkeys(products, (PLAIN, weight))
         if reordered is not None:
             for rows in products:
-                timings = ReorderTimings.product(weight, rows)
-                kernel = min(timings, key=timings.get)
+                kernel = ReorderTimings.kernel(weight, rows)
                 self.kernels[rows] = (kernel, weight if kernel == PLAIN else reordered)
 
     def __call__(self, inputs: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:

@@ -19,7 +19,15 @@ from conftest import encode, random_linears, tiny_config
 from torch import nn
 
 from elmo_hf import ElmoConfig, ElmoModel, cpu_kernels
-from elmo_hf.cpu_kernels import PLAIN, REORDERED, CpuLinear, RecurrentLinear, ReorderedWeights, ReorderTimings
+from elmo_hf.cpu_kernels import (
+    PLAIN,
+    REORDERED,
+    REORDERED_SINGLE_ROW,
+    CpuLinear,
+    RecurrentLinear,
+    ReorderedWeights,
+    ReorderTimings,
+)
 from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS, Implementation
 from elmo_hf.reference_elmo import SequenceBatch, lstm_recurrence
 
@@ -303,6 +311,20 @@ def test_reordered_copies_are_used_only_where_they_pay(monkeypatch):
         assert paying.kernels[4][1] is ReorderedWeights.get(linear)
     assert any(line.startswith("64x32 float32") for line in ReorderTimings.summary())
     ReorderedWeights.clear()
+
+
+@pytest.mark.parametrize(
+    ("timings", "expected"),
+    [({PLAIN: 0.95, REORDERED: 1.0}, REORDERED), ({PLAIN: 0.85, REORDERED: 1.0}, PLAIN),
+     ({PLAIN: 2.0, REORDERED: 1.0, REORDERED_SINGLE_ROW: 0.95}, REORDERED),
+     ({PLAIN: 2.0, REORDERED: 1.0, REORDERED_SINGLE_ROW: 0.5}, REORDERED_SINGLE_ROW), ({PLAIN: 1.0}, PLAIN)],
+)  # fmt: skip
+def test_a_kept_reordered_weight_gives_way_only_to_a_clearly_faster_kernel(monkeypatch, timings, expected):
+    """Timings of kernels this close flip between processes: another kernel replaces the reordered weight only where
+    it measured `SWITCH_MARGIN` faster, so that every process makes the same choice."""
+    weight = torch.zeros(64, 32)
+    monkeypatch.setitem(ReorderTimings.products, (64, 32, torch.float32, torch.get_num_threads(), 8), timings)
+    assert ReorderTimings.kernel(weight, 5) == expected
 
 
 def test_reordered_copies_are_kept_checked_and_freed():
