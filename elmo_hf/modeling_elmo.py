@@ -170,7 +170,8 @@ class ElmoCharacterEncoder(nn.Module):
         # A padded batch (the export path) takes all words at once: a number of chunks would depend on the data.
         packed = not uses_padded_batches(self.config)
         token_layer = choose_implementation(TOKEN_LAYER_IMPLEMENTATIONS, self, packed, word_ids)
-        return token_layer(word_ids, layers, self.chunk_size if packed else None).view(*leading, -1)
+        encoded = token_layer(word_ids, layers, self.chunk_size if packed else None)
+        return encoded.view(*leading, self.config.projection_dim)
 
 
 class ElmoLstmCellWithProjection(nn.Module):

@@ -279,7 +279,7 @@ def test_bad_inputs_raise_clear_errors(tiny_model, tokenizer, make_inputs, error
 @pytest.mark.parametrize("implementation", ["auto", "eager"])
 def test_token_encoder_takes_input_ids_of_any_leading_shape(tiny_model, tokenizer, implementation):
     """The token layer alone maps each row of ids to its vector, whatever the leading dimensions (a batch's
-    `input_ids` as the tokenizer returns them, or words in rows), and names the expected shape otherwise."""
+    `input_ids` as the tokenizer returns them, words in rows, no words), and names the expected shape otherwise."""
     tiny_model.config.elmo_implementation = implementation
     input_ids = encode(tokenizer, SENTENCES)["input_ids"]
     with torch.no_grad():
@@ -289,6 +289,7 @@ def test_token_encoder_takes_input_ids_of_any_leading_shape(tiny_model, tokenize
     assert batched.shape == (*input_ids.shape[:2], tiny_model.config.projection_dim)
     assert torch.equal(batched.reshape(rows.shape), rows)
     torch.testing.assert_close(single, rows[0])  # alone: a product of another row count
+    assert tiny_model.token_encoder(input_ids[:0]).shape == (0, *input_ids.shape[1:2], tiny_model.config.projection_dim)
     for bad in (input_ids[..., :20], torch.tensor(3)):
         with pytest.raises(ValueError, match=r"rows of 50 ids per word \(shape \(\.\.\., 50\)"):
             tiny_model.token_encoder(bad)
