@@ -827,10 +827,11 @@ def first_count(most: int) -> int:
 
 def cores_free() -> int | None:
     """The cores that no other process's thread is running or waiting to run on right now: the machine's cores less
-    the runnable threads of the run queue (Linux's `/proc/loadavg`) that are not this process's (`own_runnable_threads`:
-    the caller, and a worker of a product just finished still spinning, are no load from others; counted as such, they
-    made a fresh process on an idle 2-vCPU EPYC take the machine for busy). None where it cannot tell: no such file,
-    or this process may run on only some of the cores (the count is the whole machine's)."""
+    the runnable threads of the run queue (Linux's `/proc/loadavg`) that are not this process's
+    (`own_runnable_threads`: the caller, and a worker of a product just finished still spinning, are no load from
+    others; counted as such, they made a fresh process on an idle 2-vCPU EPYC take the machine for busy). None where
+    it cannot tell: no such file, or this process may run on only some of the cores (the count is the whole
+    machine's)."""
     cores = os.cpu_count()
     if cores is None or available_cores() != cores:
         return None
