@@ -495,7 +495,7 @@ class StepThreads:
             choice = self.choices[self.most]
             recent, trial = self.timings.setdefault((name, state.dtype, row_bucket(rows), self.most), ([], []))
             trying = decides and choice[2] <= 0 and len(recent) >= self.TRIAL_STEPS
-            if trying and choice[0] == 1 and not trial and not self._second_core_free():
+            if trying and choice[0] == 1 and not trial and not second_core_free():
                 # No core for a second thread now: trying two would only wait for one. Ask again an interval later.
                 choice[2], trying = choice[1], False
             threads = (1 if choice[0] > 1 else self.most) if trying else choice[0]
@@ -557,12 +557,6 @@ class StepThreads:
             if verified is not None:
                 cls.same_bits[key] = verified
         return verified
-
-    @staticmethod
-    def _second_core_free() -> bool:
-        """Whether the run queue leaves a core for a second thread (`cores_free`; true where it cannot tell)."""
-        free = cores_free()
-        return free is None or free >= 2
 
     def _with(self, threads: int, step: Callable[..., object], args: tuple) -> object:
         if threads != self.current:
@@ -813,16 +807,21 @@ def step_kind(name: str, weights: list[torch.Tensor]) -> str:
 def first_count(most: int) -> int:
     """The thread count a process starts from, before any timing: one where the machine already looks busy (a load
     average of at least the number of cores this process may run on, or no core free for a second thread now,
-    `cores_free`), `most` otherwise. Timing corrects it either way; it spares a process on a busy machine its first
-    steps with threads that wait for a core."""
-    free = cores_free()
-    if free is not None and free < 2:
+    `second_core_free`), `most` otherwise. Timing corrects it either way; it spares a process on a busy machine its
+    first steps with threads that wait for a core."""
+    if not second_core_free():
         return 1
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # no load average on this system
         return most
     return 1 if load >= available_cores() else most
+
+
+def second_core_free() -> bool:
+    """Whether the run queue leaves a core for a second thread (`cores_free`; true where it cannot tell)."""
+    free = cores_free()
+    return free is None or free >= 2
 
 
 def cores_free() -> int | None:
