@@ -313,6 +313,24 @@ def test_reordered_copies_are_used_only_where_they_pay(monkeypatch):
     ReorderedWeights.clear()
 
 
+def test_the_buckets_of_a_call_are_measured_with_one_reordered_copy(monkeypatch):
+    """A first call measures every row bucket its steps use with one reordered copy of the weight (a copy for each
+    bucket was a fifth of the measuring time), and buckets measured before are not measured again."""
+    weight = torch.randn(64, 32)
+    reorders = []
+    reorder = cpu_kernels.reorder_weight
+    monkeypatch.setattr(cpu_kernels, "reorder_weight", lambda weight: reorders.append(weight) or reorder(weight))
+    monkeypatch.setattr(ReorderTimings, "products", {})
+    with torch.inference_mode():
+        ReorderTimings.measure(weight, [1, 2, 5, 33, 64])
+        assert len(reorders) == 1
+        assert sorted(key[-1] for key in ReorderTimings.products) == [1, 2, 8, 64]
+        assert all(REORDERED in timings for key, timings in ReorderTimings.products.items() if key[-1] > 1)
+        ReorderTimings.measure(weight, [3, 64])
+        ReorderTimings.product(weight, 40)
+        assert len(reorders) == 2 and sorted(key[-1] for key in ReorderTimings.products) == [1, 2, 4, 8, 64]
+
+
 @pytest.mark.parametrize(
     ("timings", "expected"),
     [({PLAIN: 0.95, REORDERED: 1.0}, REORDERED), ({PLAIN: 0.85, REORDERED: 1.0}, PLAIN),
