@@ -91,6 +91,16 @@ def encode(tokenizer: ElmoTokenizer, sentences: list[list[str]], **kwargs) -> di
 
 
 @pytest.fixture
+def one_thread():
+    """Tiny products with one thread: OpenMP's spin-waiting dominates them on a busy 2-core machine. torch's count is
+    restored after the test."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def tiny_model() -> ElmoModel:
     torch.manual_seed(0)
     return ElmoModel(tiny_config()).eval()

@@ -25,7 +25,8 @@ DATA = ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
+def restore_threads():
+    """The experiments set torch's thread count; the tests after them get theirs back."""
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)

@@ -19,13 +19,7 @@ WORDS = ["the", "cat", "sat", "on", "mat"]
 TEXT = "the cat sat\n\non the mat , said the dog\ncat\n" + "the mat " * 4 + "\n"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny products: one thread avoids OpenMP spin-waiting on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

@@ -32,13 +32,7 @@ PTB = ROOT.parent / "shared" / "data" / "ptb"
 TINY_FLAGS = ["--lstm-dim", "16", "--projection-dim", "8", "--filters", "1:4,2:8", "--num-highway-layers", "1"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny products: one thread avoids the OpenMP spin-waiting that dominates them on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

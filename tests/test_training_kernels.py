@@ -28,13 +28,7 @@ BATCH_SIZE = 7
 assert BATCH.batch_sizes == BATCH_SIZES
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny products: one thread avoids OpenMP spin-waiting on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
