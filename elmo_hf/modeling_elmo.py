@@ -768,13 +768,15 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
 
     def _adjust_missing_and_unexpected_keys(self, loading_info):
         """A head loaded on a biLM checkpoint is expected to lack its task layers: one line says so, instead of
-        transformers' table of missing keys (which still lists anything missing from the biLM)."""
+        transformers' table of missing keys (which still lists anything missing from the biLM), and
+        `new_task_layers` names them (for callers that need trained ones, such as an export)."""
         super()._adjust_missing_and_unexpected_keys(loading_info)
         new = {key for key in loading_info.missing_keys if not key.startswith(f"{self.base_model_prefix}.")}
+        self.new_task_layers = sorted({key.rsplit(".", 1)[0] for key in new})
         if new:
-            layers = sorted({key.rsplit(".", 1)[0] for key in new})
             logging.get_logger(__name__).warning(
-                f"{type(self).__name__}: new task layers ({', '.join(layers)}) start from random values; train them."
+                f"{type(self).__name__}: new task layers ({', '.join(self.new_task_layers)}) start from random "
+                "values; train them."
             )
             loading_info.missing_keys -= new
 

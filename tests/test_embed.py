@@ -5,6 +5,8 @@ import itertools
 import json
 import math
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import FIXTURES, fixture_sentences
+from safetensors.torch import load_file, save_file
 from transformers.modeling_outputs import BaseModelOutput
 
 from elmo_hf import ElmoModel, ElmoTokenizer
@@ -334,6 +337,50 @@ def test_resume_with_other_settings_is_refused(model_dir, tmp_path, capsys):
     assert embed(source, output, "--model", model_dir, "--average", "--resume") == 2
     assert "other settings (layers='top')" in capsys.readouterr().err
     assert not output.with_name("out.hdf5.partial").exists()  # the refusal left nothing behind
+
+
+def _damaged_copy(model_dir: Path, folder: Path, damage: str) -> Path:
+    """A copy of a model folder whose config.json or weights file is damaged as `damage` says."""
+    shutil.copytree(model_dir, folder)
+    weights, config = folder / "model.safetensors", json.loads((folder / "config.json").read_text())
+    if damage == "a weight missing":
+        tensors = load_file(weights)
+        del tensors["bilm.layers.1.forward_cell.projection.weight"]
+        save_file(tensors, weights, metadata={"format": "pt"})
+    elif damage == "more layers":
+        (folder / "config.json").write_text(json.dumps({**config, "num_layers": 3}))
+    elif damage == "another width":
+        (folder / "config.json").write_text(json.dumps({**config, "projection_dim": 2 * config["projection_dim"]}))
+    elif damage == "weights truncated":
+        weights.write_bytes(weights.read_bytes()[:1000])
+    elif damage == "config a list":
+        (folder / "config.json").write_text("[]")
+    elif damage == "no config":
+        (folder / "config.json").unlink()
+    return folder
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("a weight missing", "its weights lack bilm.layers.1.forward_cell.projection.weight;"),
+        ("more layers", "its weights lack bilm.layers.2."),
+        ("another width", "its weights hold .* in another shape than its config.json says"),
+        ("weights truncated", "cannot be loaded \\(Error while deserializing"),
+        ("config a list", "config.json holds a JSON list, not an object"),
+        ("no config", "the folder has no config.json"),
+    ],
+)
+def test_a_model_folder_whose_files_do_not_agree_is_refused(model_dir, tmp_path, capsys, damage, message):
+    """transformers would start a missing or reshaped weight at random (a warning the command's user never sees) and
+    fail with a traceback on unreadable files: one error line, exit 2, nothing written."""
+    folder = _damaged_copy(model_dir, tmp_path / "model", damage)
+    source, output = write_lines(tmp_path / "in.txt", SENTENCES[:1]), tmp_path / "out.hdf5"
+    capsys.readouterr()
+    assert embed(source, output, "--model", folder) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and re.search(message, err), err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "model"]
 
 
 def test_a_model_that_is_not_elmo_is_refused(tmp_path, capsys):

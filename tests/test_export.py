@@ -123,16 +123,25 @@ def _saved(folder):
     return folder
 
 
+def _set_config(folder, **fields):
+    """Changes fields of a saved folder's config.json, so that it no longer describes the weights beside it."""
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **fields}))
+
+
 @pytest.mark.parametrize(
     "damage, message",
     [
-        (lambda model: (model / "config.json").write_text('{"num_layers": '), "cannot be read: It looks like the"),
+        (lambda model: (model / "config.json").write_text('{"num_layers": '), "config.json cannot be read as JSON"),
+        (lambda model: (model / "config.json").write_text("[]"), "config.json holds a JSON list, not an object"),
+        (lambda model: _set_config(model, num_layers=3), "its weights lack bilm.layers.2.backward_cell"),
+        (lambda model: _set_config(model, num_highway_layers=0), "its weights hold token_encoder.highway.layers.0"),
         (lambda model: (model / "config.json").write_text('{"num_layers": -1}'), "num_layers must be a positive"),
         (lambda model: (model / "model.safetensors").write_bytes(b"garbage"), "cannot be read: Error while deseria"),
         (lambda model: (model / "config.json").unlink(), "is neither a folder holding a config.json nor the name"),
         (lambda model: (model.parent / "file").write_text(""), "is inside .*file, which is a file; give a folder"),
     ],
-    ids=["config-not-json", "config-bad-value", "weights-not-safetensors", "no-config", "output-under-a-file"],
+    ids=["config-not-json", "config-not-an-object", "more-layers", "fewer-highways", "config-bad-value", "weights-not-safetensors", "no-config", "output-under-a-file"],
 )
 def test_export_unusable_model_or_output_gives_one_error_line_and_exit_2(tmp_path, capsys, damage, message):
     """Issue 23 items 12 and 13: one `error:` line, exit status 2, nothing written."""

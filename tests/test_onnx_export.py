@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import FIXTURES, expected_top_layer, fixture_sentences, tiny_config
+from safetensors.torch import load_file, save_file
 from elmo_hf import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from elmo_hf.cli import main as cli_main
 from elmo_hf.conversion.onnx import ONNX_OPSET, ElmoOnnxSignature, OnnxExportError, export_onnx, export_program
@@ -324,12 +325,20 @@ def test_export_onnx_unusable_places_give_one_error_line(tmp_path, read_only_fol
     damaged = tmp_path / "damaged"
     damaged.mkdir()
     (damaged / "config.json").write_text('{"num_layers": 0}')
+    incomplete = tmp_path / "incomplete"
+    ElmoModel(tiny_config()).save_pretrained(incomplete)
+    tensors = load_file(incomplete / "model.safetensors")
+    del tensors["token_encoder.projection.weight"]
+    save_file(tensors, incomplete / "model.safetensors", metadata={"format": "pt"})
     capsys.readouterr()
     for arguments, status, message in (
         (["--model", str(model)], 2, f"--output {model / 'onnx'} is a file; give a folder path."),
         (["--model", str(model), "--output", str(tmp_path / "file" / "x")], 2, "which is a file"),
         (["--model", str(damaged)], 2, "cannot be loaded: ElmoConfig.num_layers must be a positive"),
         ([str(tmp_path / "none")], 2, "is neither a folder holding a config.json"),
+        (["--model", str(incomplete)], 2, "its weights lack token_encoder.projection.weight;"),
+        (["--model", str(model), "--task", "token-classification", "--output", str(tmp_path / "head")], 2,
+         "its weights lack classifier.*, scalar_mix.*;"),
         (["--model", str(model), "--output", str(read_only_folder / "onnx")], 1, "Permission denied"),
     ):
         assert cli_main(["export-onnx", *arguments]) == status, arguments

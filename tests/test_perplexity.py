@@ -111,7 +111,7 @@ def test_non_utf8_text_names_file_and_line_or_is_replaced(pretraining_folder, tm
         ("plain ElmoModel", "has no word softmax .* perplexity needs a pretraining folder"),
         ("no vocab.txt", "no vocabulary .*vocab.txt: perplexity needs a pretraining folder"),
         ("vocabulary of another size", "has 4 words but the softmax .* has 8"),
-        ("softmax size but no softmax weights", "has no trained softmax weights .*softmax.weight"),
+        ("softmax size but no softmax weights", "its weights lack softmax.bias, softmax.weight; perplexity needs"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(

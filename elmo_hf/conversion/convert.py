@@ -28,6 +28,7 @@ staging folders of processes that no longer run. With `--push-to-hub` the finish
 (`hub.py`).
 """
 
+import json
 import os
 import re
 import secrets
@@ -38,7 +39,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
+from transformers import PreTrainedModel
 from transformers.utils import logging
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
@@ -56,9 +59,9 @@ CHECK_ATOL, CHECK_RTOL = 1e-5, 1e-4
 # Folders of a conversion in progress beside its output: the new folder being written ("partial") and, during an
 # --overwrite, the previous output moved aside ("old"); PID is the converting process.
 STAGING_NAME = re.compile(r"\.(?P<output>.+)\.elmo-hf-(?P<kind>partial|old)-(?P<pid>\d+)-[0-9a-f]+")
-# What loading an unusable model folder raises: a config.json that is not JSON or holds a value the config refuses,
-# weights that safetensors cannot read.
-UNREADABLE_FOLDER_ERRORS = (OSError, ValueError, SafetensorError)
+# What loading an unusable model folder raises: a config.json that is not JSON or holds a value the config refuses
+# (a bad value or one of the wrong type), weights that safetensors cannot read.
+UNREADABLE_FOLDER_ERRORS = (OSError, ValueError, StrictDataclassError, SafetensorError)
 
 
 def model_from_checkpoint(arrays: dict[str, np.ndarray], config: ElmoConfig) -> ElmoModel:
@@ -148,6 +151,60 @@ def model_folder(model: str | os.PathLike, error: type[ElmoInputError]) -> Path:
             f"({', '.join(packaged_models())}); give a folder written by `elmo-hf convert` or save_pretrained."
         )
     return folder
+
+
+def check_config_file(folder: Path, error: type[ElmoInputError]) -> None:
+    """Raises `error` where `folder` holds a `config.json` that is not a JSON object (transformers would fail on it
+    with an AttributeError or TypeError deep in its loading)."""
+    path = folder / "config.json"
+    if not path.is_file():
+        return
+    try:
+        config = json.loads(path.read_bytes())
+    except (OSError, ValueError) as failure:
+        raise error(f"{path} cannot be read as JSON ({failure}); restore the model's config.json.") from None
+    if not isinstance(config, dict):
+        raise error(f"{path} holds a JSON {type(config).__name__}, not an object; restore the model's config.json.")
+
+
+def load_model_weights(
+    model_class: type[PreTrainedModel], path: str | os.PathLike, error: type[ElmoInputError], hint: str, **kwargs
+) -> PreTrainedModel:
+    """`model_class.from_pretrained(path, **kwargs)`, refused (`error`, ending with `hint`) unless the folder's weights
+    are the ones its config describes: transformers starts a parameter the weights file lacks, or holds in another
+    shape, at random (a head's task layers too, `new_task_layers`), and drops a tensor of the model's own modules that
+    the config has no place for (a config.json that does not match the weights), with a warning a command's user may
+    never see. Tensors outside the model's
+    modules (a head's, loaded into its biLM) are left out as transformers leaves them. A folder whose files cannot be
+    read is refused too."""
+    folder = Path(path)
+    check_config_file(folder, error)
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # the refusals below say what transformers' load report would
+    try:
+        model, loading = model_class.from_pretrained(
+            path, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+        )
+    except UNREADABLE_FOLDER_ERRORS as failure:
+        raise error(f"--model {path} cannot be loaded ({' '.join(str(failure).split())}); {hint}.") from None
+    finally:
+        logging.set_verbosity(verbosity)
+    modules = {name.split(".")[0] for name in model.state_dict()}
+    prefix = f"{model.base_model_prefix}."
+    foreign = sorted(
+        key for key in loading["unexpected_keys"] if key.removeprefix(prefix).split(".")[0] in modules
+    )
+    new_task_layers = [f"{layer}.*" for layer in getattr(model, "new_task_layers", [])]  # a head's, left random
+    problems = {
+        "lack {}": sorted(loading["missing_keys"]) + new_task_layers,
+        "hold {} in another shape than its config.json says": sorted(key for key, *_ in loading["mismatched_keys"]),
+        "hold {}, which its config.json has no place for": foreign,
+    }
+    for template, keys in problems.items():
+        if keys:
+            shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+            raise error(f"--model {path}: its weights {template.format(shown)}; {hint}.")
+    return model
 
 
 def _running(pid: int) -> bool:

@@ -35,9 +35,16 @@ import torch
 from transformers.modeling_utils import load_state_dict
 from transformers.utils import logging
 
-from elmo_hf import ElmoConfig
+from elmo_hf import ElmoConfig, ElmoModel
 from elmo_hf.conversion.checkpoint import ConversionError, N_CHARACTERS, to_original, to_state_dict
-from elmo_hf.conversion.convert import UNREADABLE_FOLDER_ERRORS, check_output, model_folder, staged_folder
+from elmo_hf.conversion.convert import (
+    UNREADABLE_FOLDER_ERRORS,
+    check_config_file,
+    check_output,
+    load_model_weights,
+    model_folder,
+    staged_folder,
+)
 from elmo_hf.corpus.data import VOCABULARY_FILE
 
 logger = logging.get_logger(__name__)
@@ -120,10 +127,12 @@ def _write_hdf5(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def read_folder(folder: Path) -> tuple[ElmoConfig, dict[str, torch.Tensor]]:
-    """The config and all the weights of a model folder."""
+    """The config and all the weights of a model folder, whose biLM weights are checked to be exactly the ones its
+    config describes (`load_model_weights`)."""
     weights = sorted(folder.glob("*.safetensors"))
     if not weights:
         raise OriginalExportError(f"--model {folder} has no .safetensors weights.")
+    check_config_file(folder, OriginalExportError)
     state_dict = {}
     try:
         config = ElmoConfig.from_pretrained(folder)
@@ -131,6 +140,7 @@ def read_folder(folder: Path) -> tuple[ElmoConfig, dict[str, torch.Tensor]]:
             state_dict.update(load_state_dict(path))
     except UNREADABLE_FOLDER_ERRORS as error:
         raise OriginalExportError(f"--model {folder} cannot be read: {error}") from error
+    load_model_weights(ElmoModel, folder, OriginalExportError, "export a folder as elmo-hf wrote it")
     return config, state_dict
 
 

@@ -39,7 +39,15 @@ from ..configuration_elmo import ElmoConfig
 from ..errors import ElmoInputError
 from ..modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoPreTrainedModel
 from ..packaged_elmo import PACKAGED_MODELS_DIR
-from .convert import UNREADABLE_FOLDER_ERRORS, check_folder_path, created_folder, model_folder, write_error
+from .convert import (
+    UNREADABLE_FOLDER_ERRORS,
+    check_config_file,
+    check_folder_path,
+    created_folder,
+    load_model_weights,
+    model_folder,
+    write_error,
+)
 
 # ONNX opset of the exported graph: 18 is the exporter's own default in torch 2.13, has every operator the graph uses
 # (Scan, Conv, Gemm, ScatterElements, ...) and runs in onnxruntime 1.14 and later.
@@ -244,12 +252,14 @@ def export_onnx(
         raise OnnxExportError(
             f"ONNX export needs onnx, onnxscript and onnxruntime: pip install 'elmo-hf[onnx]' ({error})."
         ) from error
+    check_config_file(folder, OnnxExportError)
     try:
         architecture = (ElmoConfig.from_pretrained(folder).architectures or ["ElmoModel"])[0]
-        task = task or ARCHITECTURE_TASKS.get(architecture)
-        eager = MODEL_CLASSES[task].from_pretrained(folder).eval() if task else None
     except UNREADABLE_FOLDER_ERRORS as error:
         raise OnnxExportError(f"--model {model} cannot be loaded: {error}") from error
+    task = task or ARCHITECTURE_TASKS.get(architecture)
+    hint = "export a folder as elmo-hf wrote it, with the --task of its own head"
+    eager = load_model_weights(MODEL_CLASSES[task], folder, OnnxExportError, hint).eval() if task else None
     if eager is None:
         raise OnnxExportError(f"{folder} holds a {architecture}; pass --task, one of {', '.join(MODEL_CLASSES)}.")
     signature = ElmoOnnxSignature(eager, lstm_state)

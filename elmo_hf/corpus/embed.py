@@ -1114,12 +1114,15 @@ def load_model(name: str, model_dtype: str, device: torch.device):
     """The biLM and tokenizer of a packaged model's name, an ELMo folder or a Hub id (a task head's folder gives its
     biLM); refuses others."""
     from transformers import PreTrainedConfig
-    from transformers.utils import logging
 
     from .. import ElmoModel, ElmoTokenizer
+    from ..conversion.convert import check_config_file, load_model_weights
 
     path = resolve_model_name(name)
     hint = f"give a packaged model's name ({DEFAULT_MODEL}), a folder made by `elmo-hf convert` or an ELMo Hub id"
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
+        raise EmbedError(f"--model {name}: the folder has no config.json; {hint}.")
+    check_config_file(Path(path), EmbedError)
     try:
         config_dict, _ = PreTrainedConfig.get_config_dict(path)
     except (OSError, ValueError) as error:
@@ -1127,16 +1130,13 @@ def load_model(name: str, model_dtype: str, device: torch.device):
     if config_dict.get("model_type") != "elmo":
         model_type = config_dict.get("model_type") or "model without model_type"
         raise EmbedError(f"{name!r} holds a {model_type!r} model, not ELMo; {hint}.")
-    verbosity = logging.get_verbosity()
-    logging.set_verbosity_error()  # a head's folder loads into ElmoModel with its head weights unused, as intended
+    # A head's folder loads into ElmoModel with its head weights left out, as intended.
+    model = load_model_weights(ElmoModel, path, EmbedError, hint, dtype=MODEL_DTYPES[model_dtype])
     try:
-        model = ElmoModel.from_pretrained(path, dtype=MODEL_DTYPES[model_dtype]).eval().to(device)
         tokenizer = ElmoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as error:
-        raise EmbedError(f"cannot load the model in {name!r} ({describe(error)}); {hint}.") from None
-    finally:
-        logging.set_verbosity(verbosity)
-    return model, tokenizer
+        raise EmbedError(f"cannot load the tokenizer in {name!r} ({describe(error)}); {hint}.") from None
+    return model.eval().to(device), tokenizer
 
 
 def distributed_rank() -> tuple[int, int, int]:

@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..configuration_elmo import ElmoConfig
+from ..conversion.convert import UNREADABLE_FOLDER_ERRORS, check_config_file, load_model_weights
 from ..modeling_elmo import ElmoForPreTraining
 from ..packaged_elmo import resolve_model_name
 from .data import (
@@ -55,7 +56,11 @@ def load_pretraining_model(
         "perplexity needs a pretraining folder (the biLM with its word softmax and vocab.txt, as `elmo-hf pretrain` "
         "writes it)"
     )
-    config = ElmoConfig.from_pretrained(folder)
+    check_config_file(folder, PreTrainingError)
+    try:
+        config = ElmoConfig.from_pretrained(folder)
+    except UNREADABLE_FOLDER_ERRORS as error:
+        raise PreTrainingError(f"--model {folder} cannot be loaded ({' '.join(str(error).split())}).") from None
     vocabulary_file = vocabulary_file or folder / VOCABULARY_FILE
     if config.word_vocab_size is None:
         raise PreTrainingError(
@@ -70,11 +75,7 @@ def load_pretraining_model(
             f"{vocabulary_file} has {len(vocabulary)} words but the softmax of {folder} has {config.word_vocab_size}: "
             "give the vocab.txt this model was trained with (--vocab)."
         )
-    model, loading = ElmoForPreTraining.from_pretrained(folder, output_loading_info=True)
-    missing = [name for name in loading["missing_keys"] if name.startswith("softmax.")]
-    if missing:
-        raise PreTrainingError(f"--model {folder} has no trained softmax weights ({', '.join(missing)}): {needs}.")
-    return model, vocabulary
+    return load_model_weights(ElmoForPreTraining, folder, PreTrainingError, needs), vocabulary
 
 
 def corpus_perplexity(
