@@ -311,11 +311,26 @@ def test_undecodable_bytes_name_the_line_or_are_replaced(model_dir, tmp_path, ca
     source.write_bytes(b"good line\nbad \xff byte\n")
     assert embed(source, tmp_path / "out.hdf5", "--model", model_dir) == 2
     error = capsys.readouterr().err
-    assert "line 2 of" in error and "not valid UTF-8 (byte 0xff" in error and "--errors replace" in error
+    assert "in.txt, line 2: byte 0xff at byte 4 of the line is not UTF-8" in error and "--errors replace" in error
     assert not (tmp_path / "out.hdf5").exists() and not (tmp_path / "out.hdf5.partial").exists()
     assert embed(source, tmp_path / "out.hdf5", "--model", model_dir, "--errors", "replace") == 0
     _, index = read_file(tmp_path / "out.hdf5")
     assert index == {"good line": "0", "bad \ufffd byte": "1"}
+
+
+def test_a_byte_order_mark_changes_nothing(model_dir, tmp_path):
+    """A UTF-8 byte-order mark (some editors start a file with it) is not part of the first word: the vectors and
+    the index are those of the file without it."""
+    outputs = []
+    for name, start in (("plain", b""), ("marked", b"\xef\xbb\xbf")):
+        source = tmp_path / f"{name}.txt"
+        source.write_bytes(start + "\n".join(SENTENCES[:2]).encode() + b"\n")
+        assert embed(source, tmp_path / f"{name}.hdf5", "--model", model_dir) == 0
+        outputs.append(read_file(tmp_path / f"{name}.hdf5"))
+    (plain, plain_index), (marked, marked_index) = outputs
+    assert marked_index == plain_index and set(marked) == set(plain)
+    for key in plain:
+        np.testing.assert_array_equal(marked[key], plain[key])
 
 
 def test_existing_output_is_refused_and_kept(model_dir, tmp_path, capsys):
@@ -328,6 +343,34 @@ def test_existing_output_is_refused_and_kept(model_dir, tmp_path, capsys):
     assert set(read_file(output)[0]) == {"0", "1"}
     assert embed(source, source, "--model", model_dir, "--overwrite") == 2
     assert "is the input file" in capsys.readouterr().err and source.read_text().startswith(SENTENCES[0])
+
+
+def test_overwrite_never_replaces_a_model_file_nor_a_special_file(model_dir, tmp_path, capsys):
+    """--overwrite replaces earlier results only: not a file of the model's folder, a pipe (the finished file is
+    renamed over OUTPUT, so a device such as /dev/null would become a file) or a folder; a pipe as input is refused
+    too (the input is read twice); merge-shards' OUTPUT alike."""
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    weights = (model / "model.safetensors").read_bytes()
+    source = write_lines(tmp_path / "in.txt", SENTENCES[:1])
+    pipe, folder = tmp_path / "pipe", tmp_path / "folder"
+    os.mkfifo(pipe)
+    folder.mkdir()
+    capsys.readouterr()
+    for arguments, message in (
+        ([source, model / "model.safetensors"], "is a file of"),
+        ([source, pipe], "is not a regular file"),
+        ([pipe, tmp_path / "out.hdf5"], "is not a regular file (a pipe or a device); give a file, or -"),
+        ([source / "out.hdf5"], "lies under"),
+    ):
+        arguments = arguments if len(arguments) == 2 else [source, *arguments]
+        assert embed(*arguments, "--model", model, "--overwrite") == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.splitlines()) == 1 and message in err, err
+    assert main(["merge-shards", str(folder), "--overwrite"]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert (model / "model.safetensors").read_bytes() == weights and pipe.is_fifo() and folder.is_dir()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["folder", "in.txt", "model", "pipe"]
 
 
 def test_resume_with_other_settings_is_refused(model_dir, tmp_path, capsys):

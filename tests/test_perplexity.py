@@ -1,6 +1,7 @@
 """`elmo-hf perplexity`: the numbers equal exp of the mean NLL computed independently; bad input is a clear error."""
 
 import json
+import os
 import math
 import re
 import shutil
@@ -146,6 +147,26 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(
     assert perplexity("--model", model, "--text", text, "--json", output) == 2
     assert re.search(message, capsys.readouterr().err)
     assert not output.exists()
+
+
+def test_json_output_never_replaces_an_input_nor_a_special_file(pretraining_folder, tmp_path, capsys):
+    """--json may not be the text, a file of the model folder (its vocab.txt, say) or a pipe: writing the result
+    (atomically, a new file renamed over the path) would replace it. Each is refused and left as it was."""
+    text = tmp_path / "test.txt"
+    text.write_text("the cat sat\n", encoding="utf-8")
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    vocabulary = (pretraining_folder / "vocab.txt").read_bytes()
+    for output, message in (
+        (text, "is the input"),
+        (pretraining_folder / "vocab.txt", "is a file of"),
+        (pipe, "is not a regular file"),
+    ):
+        assert perplexity("--model", pretraining_folder, "--text", text, "--json", output) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --json ") and len(err.splitlines()) == 1 and message in err, err
+    assert text.read_text() == "the cat sat\n" and (pretraining_folder / "vocab.txt").read_bytes() == vocabulary
+    assert pipe.is_fifo()
 
 
 def test_a_pretrained_folder_scores_its_held_out_text_as_pretrain_evaluated_it(tmp_path):

@@ -242,6 +242,12 @@ def test_non_utf8_names_file_and_line_or_is_replaced(tmp_path):
     assert list(read_sentences(corpus, errors="replace"))[1] == ["na\ufffdve", "caf\ufffd"]
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path):
+    corpus = tmp_path / "marked.txt"
+    corpus.write_bytes(b"\xef\xbb\xbfthe cat\n\xef\xbb\xbfsat\n")  # a mark past the first line is a character
+    assert list(read_sentences(corpus)) == [["the", "cat"], ["\ufeffsat"]]
+
+
 def test_pretrain_lowers_the_loss_on_real_text_and_saves_a_loadable_folder(ptb_slice, tmp_path):
     output = tmp_path / "out"
     assert pretrain("--train", ptb_slice["train"], "--validation", ptb_slice["valid"], "--output", output,

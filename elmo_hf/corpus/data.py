@@ -17,6 +17,7 @@ Text is one sentence per line, words separated by whitespace (as the original's 
 characters; only the softmax targets need the word vocabulary.
 """
 
+import codecs
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -39,6 +40,21 @@ class CorpusError(ElmoInputError):
     """A corpus or vocabulary cannot be used; the message names the file (and line) and what to do."""
 
 
+def decode_line(raw: bytes, number: int, name: str, errors: str, error: type[ElmoInputError]) -> str:
+    """Line `number` (from 1) of file `name` as text: UTF-8, without the byte-order mark some editors write at the
+    start of a file (it would stick to the first word). A byte that is not UTF-8 raises `error` naming the file, the
+    line and the byte, unless `errors="replace"` reads it as U+FFFD."""
+    if number == 1:
+        raw = raw.removeprefix(codecs.BOM_UTF8)
+    try:
+        return raw.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as failure:
+        raise error(
+            f"{name}, line {number}: byte {raw[failure.start]:#04x} at byte {failure.start} of the line is not UTF-8; "
+            "convert the file to UTF-8 or pass --errors replace to read it as U+FFFD."
+        ) from None
+
+
 def read_sentences(path: str | os.PathLike, errors: str = "strict") -> Iterator[list[str]]:
     """Streams the non-empty lines of a UTF-8 text file as lists of words (whitespace-split), one line in memory.
 
@@ -52,14 +68,7 @@ def read_sentences(path: str | os.PathLike, errors: str = "strict") -> Iterator[
         raise CorpusError(f"corpus file not found: {path}")
     with path.open("rb") as lines:
         for number, raw in enumerate(lines, start=1):
-            try:
-                line = raw.decode("utf-8", errors=errors)
-            except UnicodeDecodeError as error:
-                raise CorpusError(
-                    f"{path}, line {number}: bytes {raw[error.start : error.end]!r} at byte {error.start} are not "
-                    "UTF-8; convert the file to UTF-8 or pass --errors replace to read them as U+FFFD."
-                ) from None
-            words = line.split()
+            words = decode_line(raw, number, str(path), errors, CorpusError).split()
             if words:
                 yield words
 

@@ -61,8 +61,10 @@ import h5py
 import numpy as np
 import torch
 
+from ..conversion.convert import check_output_file
 from ..errors import ElmoInputError, ElmoRunError
 from ..packaged_elmo import DEFAULT_MODEL, resolve_model_name
+from .data import DECODING_ERRORS, decode_line
 
 INDEX_NAME = "sentence_to_index"  # the dataset allennlp writes the sentence -> key JSON object into
 SETTINGS_ATTR = "elmo_hf_settings"
@@ -79,7 +81,6 @@ OUTPUT_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 MODEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LAYER_CHOICES = ("all", "top", "average", "mix")
 SPLIT_CHOICES = ("whitespace", "default")
-DECODING_ERRORS = ("strict", "replace")
 DISTRIBUTED_TIMEOUT = datetime.timedelta(days=7)  # ranks wait at a barrier for the slowest one
 
 
@@ -156,16 +157,9 @@ def describe(error: BaseException) -> str:
 
 
 def read_lines(stream: BinaryIO, name: str, errors: str) -> Iterator[tuple[int, bytes, str]]:
-    """(key, raw bytes, stripped line) for every line of a binary stream, decoded as UTF-8."""
+    """(key, raw bytes, stripped line) for every line of a binary stream, decoded as UTF-8 (`decode_line`)."""
     for key, raw in enumerate(stream):
-        try:
-            text = raw.decode("utf-8", errors=errors)
-        except UnicodeDecodeError as error:
-            raise EmbedError(
-                f"line {key + 1} of {name} is not valid UTF-8 (byte {raw[error.start]:#04x} at byte offset "
-                f"{error.start} of the line); fix the input or pass --errors replace to read it as U+FFFD."
-            ) from None
-        yield key, raw, text.strip()
+        yield key, raw, decode_line(raw, key + 1, name, errors, EmbedError).strip()
 
 
 def count_lines(path: Path, errors: str) -> int:
@@ -882,6 +876,7 @@ def merge_shards(output: str | os.PathLike, world_size: int | None = None, overw
     OUTPUT, then removes them; returns the number of shards. Refuses (EmbedError) a missing, unreadable or foreign
     shard, naming the rank to rerun; raises EmbedRunError when OUTPUT cannot be written (the shards are kept)."""
     output = Path(output)
+    check_output_file(output, [], EmbedError)
     if output.exists() and not overwrite:
         raise EmbedError(f"{output} exists; pass --overwrite to replace it.")
     shards = sorted(output.parent.glob(f"{glob.escape(output.name)}.shard-*-of-*"))
@@ -1061,18 +1056,26 @@ def check_options(
             raise EmbedError(f"--{name} must be a positive integer, got {value!r}.")
 
 
-def check_paths(source: Path | None, output: Path, target: Path, resume: bool, overwrite: bool):
-    """Refuses a missing input, an output that is the input or cannot be written, an output another run is writing
-    now, and existing results without resume/overwrite."""
+def check_paths(
+    source: Path | None, output: Path, target: Path, resume: bool, overwrite: bool, model_folder: Path | None = None
+):
+    """Refuses a missing input, an output that is the input, a file of the model's folder or not a regular file, or
+    cannot be written, an output another run is writing now, and existing results without resume/overwrite."""
     if source is not None:
-        if not source.is_file():
-            raise EmbedError(f"input file not found: {source}" + (" (a folder)" if source.is_dir() else ""))
-        if output.exists() and output.resolve() == source.resolve():
-            raise EmbedError(f"OUTPUT {output} is the input file; give another output path.")
+        if not source.exists():
+            raise EmbedError(f"input file not found: {source}")
+        if source.is_dir():
+            raise EmbedError(f"input {source} is a folder; give a text file.")
+        if not source.is_file():  # read twice (counted, then embedded), which a pipe or a device cannot be
+            raise EmbedError(f"input {source} is not a regular file (a pipe or a device); give a file, or - to read "
+                             "standard input.")
+    if output.parent.exists() and not output.parent.is_dir():
+        raise EmbedError(f"OUTPUT {output} lies under {output.parent}, which is a file; give a path in a folder.")
     if not output.parent.is_dir():
         raise EmbedError(f"folder {output.parent} of OUTPUT does not exist; create it first.")
     if output.is_dir():
         raise EmbedError(f"OUTPUT {output} is a folder; give a file path such as {output / 'vectors.hdf5'}.")
+    check_output_file(output, [path for path in (source, model_folder) if path is not None], EmbedError)
     if not os.access(output.parent, os.W_OK | os.X_OK):
         raise EmbedError(f"OUTPUT's folder {output.parent} is not writable; give an OUTPUT in a folder you can write.")
     if lock_held(partial_folder(target)):
@@ -1205,7 +1208,10 @@ def embed_corpus(
             f"standard input cannot be shared by {world_size} processes (each would read other lines); write it to a "
             "file and give that file."
         )
-    check_paths(path, output, target, resume, overwrite)
+    model_folder = None if isinstance(model, tuple) else Path(resolve_model_name(str(model)))
+    if model_folder is not None and not model_folder.is_dir():  # a Hub id
+        model_folder = None
+    check_paths(path, output, target, resume, overwrite, model_folder)
     num_lines = count_lines(path, errors) if path is not None else None
     if threads is not None:
         torch.set_num_threads(threads)

@@ -28,7 +28,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..configuration_elmo import ElmoConfig
-from ..conversion.convert import UNREADABLE_FOLDER_ERRORS, check_config_file, load_model_weights
+from ..conversion.convert import (
+    UNREADABLE_FOLDER_ERRORS,
+    check_config_file,
+    check_output_file,
+    load_model_weights,
+)
 from ..modeling_elmo import ElmoForPreTraining
 from ..packaged_elmo import resolve_model_name
 from .data import (
@@ -106,8 +111,13 @@ def corpus_perplexity(
         existing = next(folder for folder in json_output.parents if folder.exists())
         if json_output.is_dir() or not existing.is_dir():
             raise PreTrainingError(f"--json {json_output} cannot be written: give a file path in a folder.")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise PreTrainingError(f"--json {json_output} cannot be written: {existing} is not writable.")
     text = check_corpus(text)
     folder = Path(resolve_model_name(str(model)))
+    if json_output is not None:
+        inputs = [*text, folder, *([vocab] if vocab else [])]
+        check_output_file(json_output, inputs, PreTrainingError, "--json")
     pretraining_model, vocabulary = load_pretraining_model(folder, vocab and Path(vocab))
     sentences = load_sentences(text, errors=errors)
     if threads is not None:
