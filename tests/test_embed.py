@@ -400,6 +400,8 @@ def _damaged_copy(model_dir: Path, folder: Path, damage: str) -> Path:
         (folder / "config.json").write_text("[]")
     elif damage == "no config":
         (folder / "config.json").unlink()
+    elif damage == "fewer characters":
+        (folder / "config.json").write_text(json.dumps({**config, "max_characters_per_token": 20}))
     return folder
 
 
@@ -412,6 +414,7 @@ def _damaged_copy(model_dir: Path, folder: Path, damage: str) -> Path:
         ("weights truncated", "cannot be loaded \\(Error while deserializing"),
         ("config a list", "config.json holds a JSON list, not an object"),
         ("no config", "the folder has no config.json"),
+        ("fewer characters", "writes 50 ids per word but its model reads 20"),
     ],
 )
 def test_a_model_folder_whose_files_do_not_agree_is_refused(model_dir, tmp_path, capsys, damage, message):
@@ -446,12 +449,21 @@ def test_a_model_that_is_not_elmo_is_refused(tmp_path, capsys):
         (["--resume", "--overwrite"], "exclude each other"),
         (["--batch-size", "0"], "--batch-size must be a positive integer"),
         (["--threads", "0"], "--threads 0: must be a positive integer"),
+        (["--layers", "mix", "--mix-weights", "1,0,0", "--gamma", "nan"], "--gamma must be a finite number"),
+        (["--device", "meta"], "--device meta holds no data"),
     ],
 )
 def test_bad_arguments(model_dir, tmp_path, capsys, options, message):
     source = write_lines(tmp_path / "in.txt", SENTENCES[:1])
     assert embed(source, tmp_path / "out.hdf5", "--model", model_dir, *options) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "out.hdf5").exists()
+
+
+def test_mix_weights_that_are_not_numbers_are_named(model_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        embed(tmp_path / "in.txt", tmp_path / "out.hdf5", "--layers", "mix", "--mix-weights", ",,,")
+    assert exited.value.code == 2
+    assert "--mix-weights: ',,,' is not a list of numbers such as 0.2,0.3,0.5" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,14 @@ from ..packaged_elmo import DEFAULT_MODEL
 from . import add_threads_argument, run_subcommand
 
 
+def mix_weights(text: str) -> list[float]:
+    """`--mix-weights w0,w1,...` as numbers."""
+    try:
+        return [float(value) for value in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers such as 0.2,0.3,0.5") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", help="text file, one sentence a line (UTF-8), or - for standard input")
     parser.add_argument("output", help="HDF5 file to write (allennlp elmo layout)")
@@ -49,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         layers.add_argument(f"--{name}", dest="layers", action="store_const", const=name, help=f"--layers {name}")
     parser.add_argument(
         "--mix-weights",
-        type=lambda text: [float(value) for value in text.split(",")],
+        type=mix_weights,
         help="w0,w1,...: one weight per layer (token layer first), non-negative, summing to 1 (default: none; "
         "needed by --layers mix)",
     )

@@ -46,6 +46,7 @@ import functools
 import glob
 import hashlib
 import json
+import math
 import os
 import queue
 import shutil
@@ -1050,6 +1051,8 @@ def check_options(
         raise EmbedError("--layers mix needs --mix-weights w0,w1,... (one weight per layer, summing to 1).")
     if layers != "mix" and (mix_weights is not None or gamma != 1.0):
         raise EmbedError("--mix-weights and --gamma apply to --layers mix only.")
+    if not math.isfinite(gamma):
+        raise EmbedError(f"--gamma must be a finite number, got {gamma}.")
     for name, value in (("batch-size", batch_size), ("max-tokens", max_tokens), ("part-size", part_size),
                         ("threads", threads)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -1104,6 +1107,8 @@ def resolve_device(device: str | torch.device | None, local_rank: int) -> torch.
     except (RuntimeError, TypeError) as error:
         message = f"--device {device!r} is not a device ({describe(error)}); use cpu, cuda or cuda:N."
         raise EmbedError(message) from None
+    if resolved.type == "meta":
+        raise EmbedError(f"--device {device} holds no data, so no vectors can be computed on it; use cpu or cuda.")
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise EmbedError(f"--device {device}: torch sees no CUDA GPU on this machine; use --device cpu.")
     try:
@@ -1139,6 +1144,11 @@ def load_model(name: str, model_dtype: str, device: torch.device):
         tokenizer = ElmoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as error:
         raise EmbedError(f"cannot load the tokenizer in {name!r} ({describe(error)}); {hint}.") from None
+    if tokenizer.row_width != model.config.row_width:
+        raise EmbedError(
+            f"the tokenizer of {name!r} writes {tokenizer.row_width} ids per word but its model reads "
+            f"{model.config.row_width} (config.json's max_characters_per_token and word ids); {hint}."
+        )
     return model.eval().to(device), tokenizer
 
 
