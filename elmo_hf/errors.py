@@ -11,10 +11,19 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The two kinds of failure of the library under the commands, which the command line maps to its exit status.
+"""The two kinds of failure of the library under the commands, which the command line maps to its exit status, and
+the checks of input that the commands and the library functions under them share.
 
 Not part of the model core: these never travel with a saved folder.
 """
+
+import os
+
+from huggingface_hub.errors import StrictDataclassError
+
+# `--threads` above this many per CPU is refused: more only slows torch down, and far more exhausts memory or
+# overflows torch's thread count.
+THREADS_PER_CPU = 4
 
 
 class ElmoInputError(ValueError):
@@ -27,4 +36,27 @@ class ElmoRunError(RuntimeError):
     and exits with status 1; what was completed is kept, as the message says."""
 
 
-__all__ = ["ElmoInputError", "ElmoRunError"]
+def check_threads(threads: int | None, error: type[ElmoInputError] = ElmoInputError) -> None:
+    """Raises `error` (the caller's `ElmoInputError`) unless `threads`, torch's CPU threads (None: torch's choice), is
+    a positive integer of at most `THREADS_PER_CPU` x this machine's CPUs; checked before torch is touched."""
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise error(f"--threads {threads}: must be a positive integer.")
+    cpus = os.cpu_count() or 1
+    if threads > THREADS_PER_CPU * cpus:
+        raise error(
+            f"--threads {threads}: at most {THREADS_PER_CPU * cpus} on this machine ({THREADS_PER_CPU} x its {cpus} "
+            "CPUs); give fewer, or leave out --threads for torch's choice."
+        )
+
+
+def config_error_message(error: Exception) -> str:
+    """The reason `ElmoConfig` refused its fields, on one line: a check between fields (`validate_architecture`)
+    reaches the caller wrapped by the strict dataclass in a two-line error, whose cause is the config's own message."""
+    if isinstance(error, StrictDataclassError) and error.__cause__ is not None:
+        return str(error.__cause__)
+    return str(error)
+
+
+__all__ = ["ElmoInputError", "ElmoRunError", "check_threads", "config_error_message"]

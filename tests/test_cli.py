@@ -2,6 +2,7 @@
 and maps the library's two error classes to it."""
 
 import argparse
+import os
 import subprocess
 import sys
 import tomllib
@@ -134,6 +135,23 @@ def test_threads_not_positive_is_one_error_line_and_exit_status_2(name, value, m
     assert cli.main([name, *required_arguments(cli.build_parser(name)), "--threads", value]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"error: --threads {value}: must be a positive integer.\n" and not captured.out
+
+
+@pytest.mark.parametrize("name", COMPUTING)
+@pytest.mark.parametrize("value", ["100000", "99999999999999999999"])
+def test_threads_above_four_per_cpu_is_one_error_line_before_torch_is_touched(name, value, monkeypatch, capsys):
+    """Far more threads than CPUs ended in a traceback (no thread could start, or torch's count overflowed)."""
+    import torch
+
+    monkeypatch.setattr(cli.COMMANDS[name], "run", lambda args, parser: pytest.fail("ran with bad --threads"))
+    monkeypatch.setattr(torch, "set_num_threads", lambda threads: pytest.fail("torch got bad --threads"))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert cli.main([name, *required_arguments(cli.build_parser(name)), "--threads", value]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"error: --threads {value}: at most 8 on this machine (4 x its 2 CPUs); give fewer, or leave out --threads "
+        "for torch's choice.\n"
+    ) and not captured.out
 
 
 @pytest.mark.parametrize("name", list(cli.COMMANDS))

@@ -94,6 +94,26 @@ def test_command_line(tmp_path, capsys):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
 
 
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"max_characters_per_token": 10**12}, "options.json char_cnn.max_characters_per_token is 1000000000000; at "
+                                                "most 1000 is converted (the released ELMo checkpoints use 50)."),
+        ({"max_characters_per_token": 4}, "options.json describes an invalid architecture: ElmoConfig.filters has "
+                                          "width 5, wider than max_characters_per_token (4)."),
+    ],
+)
+def test_absurd_or_inconsistent_options_are_one_error_line_and_write_nothing(tmp_path, capsys, edit, message):
+    """An absurd max_characters_per_token exhausted memory building the model; a check between the config's fields
+    printed a second line."""
+    options = write_options(tmp_path, lambda options: options["char_cnn"].update(edit))
+    output = tmp_path / "out"
+    assert main(["--options", str(options), "--weights", str(WEIGHTS), "--output", str(output)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {message}\n" and not captured.out
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["options.json"]
+
+
 def test_script_runs_as_a_program(tmp_path):
     output = tmp_path / "cli"
     completed = subprocess.run(

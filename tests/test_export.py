@@ -141,7 +141,10 @@ def _set_config(folder, **fields):
         (lambda model: (model / "config.json").unlink(), "is neither a folder holding a config.json nor the name"),
         (lambda model: (model.parent / "file").write_text(""), "is inside .*file, which is a file; give a folder"),
     ],
-    ids=["config-not-json", "config-not-an-object", "more-layers", "fewer-highways", "config-bad-value", "weights-not-safetensors", "no-config", "output-under-a-file"],
+    ids=[
+        "config-not-json", "config-not-an-object", "more-layers", "fewer-highways", "config-bad-value",
+        "weights-not-safetensors", "no-config", "output-under-a-file",
+    ],
 )
 def test_export_unusable_model_or_output_gives_one_error_line_and_exit_2(tmp_path, capsys, damage, message):
     """Issue 23 items 12 and 13: one `error:` line, exit status 2, nothing written."""

@@ -15,18 +15,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_pretraining import one_thread  # noqa: F401  (autouse: tiny products run on one thread)
 from transformers import Trainer, TrainingArguments
 
 from elmo_hf import ElmoForPreTraining
 from elmo_hf.cli import build_parser, run_subcommand
 from elmo_hf.corpus.data import DataCollatorForElmoPreTraining, ElmoWordVocabulary
 from elmo_hf.corpus.perplexity import corpus_perplexity
-from elmo_hf.corpus.pretraining import ElmoPreTrainer, model_perplexity, pretrain
+from elmo_hf.corpus.pretraining import ElmoPreTrainer, PreTrainingError, model_perplexity, pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--lstm-dim", "8", "--projection-dim", "4", "--filters", "1:4,2:4", "--num-highway-layers", "1"]
 TEXT = "the cat sat on the mat\na dog barked at the cat\nthe mat was red\na cat and a dog\n" * 6
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny products run on one thread
 
 
 @pytest.fixture
@@ -234,6 +235,10 @@ def unwritable(tmp_path: Path) -> Path:
         (["--learning-rate", "nan"], "--learning-rate nan: must be finite"),
         (["--optimizer", "bogus"], "--optimizer 'bogus': must be a Trainer optimizer name"),
         (["--threads", "0"], "--threads 0: must be a positive integer"),
+        (["--seed", "-1"], r"--seed -1: must be an integer in \[0, 2\*\*32 - 1\]"),
+        (["--seed", "99999999999999999999"], r"--seed 99999999999999999999: must be an integer in \[0, 2\*\*32 - 1\]"),
+        (["--filters", "100:4"], r"the architecture options cannot be used: ElmoConfig.filters has width 100, wider "
+                                 r"than max_characters_per_token \(50\)\.$"),
         (["--warmup-steps", "5"], "--warmup-steps 5: --lr-scheduler constant does not warm up; use "
                                   "constant_with_warmup"),  # constant is the default schedule
         (["--streaming"], "--streaming reads the text as a stream of unknown length: give --max-steps"),
@@ -299,6 +304,14 @@ def test_pretrain_and_corpus_perplexity_are_typed_functions_without_argparse(cor
     assert math.isclose(result["loss"], metrics["eval_loss"], rel_tol=1e-6)
     for module in ("pretraining", "perplexity", "data"):
         assert "argparse" not in (ROOT / "elmo_hf" / "corpus" / f"{module}.py").read_text()
+
+
+def test_pretrain_refuses_far_more_threads_than_cpus_with_the_commands_check(corpus, tmp_path, monkeypatch):
+    """`pretrain(threads=...)` in Python runs the check `--threads` gets (`elmo_hf.errors.check_threads`)."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    with pytest.raises(PreTrainingError, match=r"^--threads 100000: at most 8 on this machine \(4 x its 2 CPUs\)"):
+        pretrain([corpus], tmp_path / "model", threads=100000, progress=False)
+    assert not (tmp_path / "model").exists()
 
 
 def test_perplexity_takes_a_packaged_model_by_its_name_offline(corpus, capsys):

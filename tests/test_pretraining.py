@@ -13,6 +13,7 @@ import datasets
 import pytest
 import torch
 from conftest import tiny_config
+from safetensors.torch import load_file, save_file
 
 from elmo_hf import ElmoForPreTraining, ElmoModel
 from elmo_hf.cli import run_subcommand
@@ -310,6 +311,22 @@ def test_domain_adaptation_starts_from_a_converted_biLM(converted, ptb_slice, tm
     assert pretrain(*args, "--output", tmp_path / "again", "--vocab", other) == 2
     assert pretrain(*args, "--output", tmp_path / "again", "--vocab", other, "--new-softmax") == 0
     assert ElmoForPreTraining.from_pretrained(tmp_path / "again").softmax.out_features == 4
+
+
+def test_domain_adaptation_refuses_a_biLM_with_a_weight_missing(converted, ptb_slice, tmp_path, capsys):
+    """transformers would start the missing weight at random, and the run would train a biLM that is not the
+    folder's."""
+    model = tmp_path / "model"
+    shutil.copytree(converted["allennlp"], model)
+    tensors = load_file(model / "model.safetensors")
+    del tensors["bilm.layers.0.backward_cell.hidden_to_gates.weight"]
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    capsys.readouterr()
+    assert pretrain("--train", ptb_slice["train"], "--output", tmp_path / "adapted", "--model", model,
+                    "--max-steps", "1", "--batch-size", "4") == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "its weights lack elmo.bilm.layers.0.backward_cell.hidden_to_gates" in err
+    assert not (tmp_path / "adapted").exists()
 
 
 def test_domain_adaptation_of_the_packaged_model_by_its_name(ptb_slice, tmp_path):

@@ -27,7 +27,7 @@ import sys
 from elmo_hf_cli import COMMANDS as SUMMARIES
 from elmo_hf_cli import EXIT_STATUS, main  # noqa: F401 (`python -m elmo_hf.cli`, `elmo_hf.cli.main`)
 
-from ..errors import ElmoInputError, ElmoRunError
+from ..errors import ElmoInputError, ElmoRunError, check_threads
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -47,11 +47,11 @@ def add_threads_argument(parser: argparse.ArgumentParser | argparse._ArgumentGro
 
 
 def set_threads(threads: int | None) -> None:
-    """Sets torch's CPU threads to `threads` (None: torch's choice is kept); raises ElmoInputError unless positive."""
+    """Sets torch's CPU threads to `threads` (None: torch's choice is kept); raises ElmoInputError unless
+    `check_threads` accepts it."""
+    check_threads(threads)
     if threads is None:
         return
-    if threads < 1:
-        raise ElmoInputError(f"--threads {threads}: must be a positive integer.")
     import torch  # on use: parsing options and --help need no torch
 
     torch.set_num_threads(threads)

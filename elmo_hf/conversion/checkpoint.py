@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from elmo_hf import ElmoConfig
-from elmo_hf.errors import ElmoInputError
+from elmo_hf.errors import ElmoInputError, config_error_message
 
 # TensorFlow orders the LSTM gate blocks i, j (candidate), f, o; torch orders them i, f, g (candidate), o.
 TF_TO_TORCH_GATES = (0, 2, 1, 3)
@@ -36,6 +36,9 @@ TF_TO_TORCH_GATES = (0, 2, 1, 3)
 TF_FORGET_BIAS = 1.0
 # `char_cnn.n_characters` of the released options (262 at training time, 261 in the files for inference).
 N_CHARACTERS = (261, 262)
+# The most `char_cnn.max_characters_per_token` converted: the released options use 50; a row of ids per word of many
+# more (an absurd value, 10**12) would exhaust memory when the model is built.
+MAX_CHARACTERS_PER_TOKEN = 1000
 
 
 class ConversionError(ElmoInputError):
@@ -270,10 +273,16 @@ def convert_config(options: dict) -> ElmoConfig:
         raise ConversionError(
             f"unknown activation {fields['activation']!r} in options.json; expected 'relu' or 'tanh'."
         )
+    max_characters = fields["max_characters_per_token"]  # a value that is no integer is the config's to refuse
+    if isinstance(max_characters, int) and max_characters > MAX_CHARACTERS_PER_TOKEN:
+        raise ConversionError(
+            f"options.json char_cnn.max_characters_per_token is {max_characters}; at most "
+            f"{MAX_CHARACTERS_PER_TOKEN} is converted (the released ELMo checkpoints use 50)."
+        )
     try:
         return ElmoConfig(**fields)
     except Exception as error:  # the strict config names the bad field
-        raise ConversionError(f"options.json describes an invalid architecture: {error}")
+        raise ConversionError(f"options.json describes an invalid architecture: {config_error_message(error)}")
 
 
 def _to_float32(name: str, array: np.ndarray) -> tuple[np.ndarray, list[str]]:

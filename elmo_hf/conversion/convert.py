@@ -45,7 +45,7 @@ from transformers import PreTrainedModel
 from transformers.utils import logging
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
-from elmo_hf.errors import ElmoInputError, ElmoRunError
+from elmo_hf.errors import ElmoInputError, ElmoRunError, config_error_message
 from elmo_hf.packaged_elmo import packaged_models, resolve_model_name
 
 from . import hub
@@ -186,15 +186,20 @@ def check_config_file(folder: Path, error: type[ElmoInputError]) -> None:
 
 
 def load_model_weights(
-    model_class: type[PreTrainedModel], path: str | os.PathLike, error: type[ElmoInputError], hint: str, **kwargs
+    model_class: type[PreTrainedModel],
+    path: str | os.PathLike,
+    error: type[ElmoInputError],
+    hint: str,
+    new_layers: tuple[str, ...] = (),
+    **kwargs,
 ) -> PreTrainedModel:
     """`model_class.from_pretrained(path, **kwargs)`, refused (`error`, ending with `hint`) unless the folder's weights
     are the ones its config describes: transformers starts a parameter the weights file lacks, or holds in another
     shape, at random (a head's task layers too, `new_task_layers`), and drops a tensor of the model's own modules that
     the config has no place for (a config.json that does not match the weights), with a warning a command's user may
-    never see. Tensors outside the model's
-    modules (a head's, loaded into its biLM) are left out as transformers leaves them. A folder whose files cannot be
-    read is refused too."""
+    never see. Tensors outside the model's modules (a head's, loaded into its biLM) are left out as transformers
+    leaves them, and parameters under `new_layers` (name prefixes: a softmax made anew for another vocabulary) may
+    start at random. A folder whose files cannot be read is refused too."""
     folder = Path(path)
     check_config_file(folder, error)
     verbosity = logging.get_verbosity()
@@ -204,7 +209,8 @@ def load_model_weights(
             path, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
         )
     except UNREADABLE_FOLDER_ERRORS as failure:
-        raise error(f"--model {path} cannot be loaded ({' '.join(str(failure).split())}); {hint}.") from None
+        reason = " ".join(config_error_message(failure).split())
+        raise error(f"--model {path} cannot be loaded ({reason}); {hint}.") from None
     finally:
         logging.set_verbosity(verbosity)
     modules = {name.split(".")[0] for name in model.state_dict()}
@@ -213,9 +219,11 @@ def load_model_weights(
         key for key in loading["unexpected_keys"] if key.removeprefix(prefix).split(".")[0] in modules
     )
     new_task_layers = [f"{layer}.*" for layer in getattr(model, "new_task_layers", [])]  # a head's, left random
+    missing = sorted(key for key in loading["missing_keys"] if not key.startswith(new_layers)) + new_task_layers
+    mismatched = sorted(key for key, *_ in loading["mismatched_keys"] if not key.startswith(new_layers))
     problems = {
-        "lack {}": sorted(loading["missing_keys"]) + new_task_layers,
-        "hold {} in another shape than its config.json says": sorted(key for key, *_ in loading["mismatched_keys"]),
+        "lack {}": missing,
+        "hold {} in another shape than its config.json says": mismatched,
         "hold {}, which its config.json has no place for": foreign,
     }
     for template, keys in problems.items():

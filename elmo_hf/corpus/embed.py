@@ -63,7 +63,7 @@ import numpy as np
 import torch
 
 from ..conversion.convert import check_output_file
-from ..errors import ElmoInputError, ElmoRunError
+from ..errors import ElmoInputError, ElmoRunError, check_threads
 from ..packaged_elmo import DEFAULT_MODEL, resolve_model_name
 from .data import DECODING_ERRORS, decode_line
 
@@ -1053,10 +1053,10 @@ def check_options(
         raise EmbedError("--mix-weights and --gamma apply to --layers mix only.")
     if not math.isfinite(gamma):
         raise EmbedError(f"--gamma must be a finite number, got {gamma}.")
-    for name, value in (("batch-size", batch_size), ("max-tokens", max_tokens), ("part-size", part_size),
-                        ("threads", threads)):
+    for name, value in (("batch-size", batch_size), ("max-tokens", max_tokens), ("part-size", part_size)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise EmbedError(f"--{name} must be a positive integer, got {value!r}.")
+    check_threads(threads, EmbedError)
 
 
 def check_paths(

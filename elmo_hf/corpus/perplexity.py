@@ -34,6 +34,7 @@ from ..conversion.convert import (
     check_output_file,
     load_model_weights,
 )
+from ..errors import check_threads
 from ..modeling_elmo import ElmoForPreTraining
 from ..packaged_elmo import resolve_model_name
 from .data import (
@@ -101,9 +102,10 @@ def corpus_perplexity(
     `CorpusError`) for unusable input or options, before anything is computed or written, and `PreTrainingRunError`
     where `json_output` cannot be written.
     """
-    for name, value in (("batch-size", batch_size), ("max-words", max_words), ("threads", threads)):
+    for name, value in (("batch-size", batch_size), ("max-words", max_words)):
         if value is not None and value < 1:
             raise PreTrainingError(f"--{name} {value}: must be a positive integer.")
+    check_threads(threads, PreTrainingError)
     if errors not in DECODING_ERRORS:
         raise PreTrainingError(f"--errors {errors!r}: must be one of {', '.join(DECODING_ERRORS)}.")
     json_output = json_output and Path(json_output)

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SchedulerType
@@ -47,8 +48,9 @@ from transformers.training_args import OptimizerNames
 from transformers.utils import logging
 
 from ..configuration_elmo import ElmoConfig
+from ..conversion.convert import UNREADABLE_FOLDER_ERRORS, check_config_file, load_model_weights
 from ..conversion.convert import _respect_umask as respect_umask
-from ..errors import ElmoInputError, ElmoRunError
+from ..errors import ElmoInputError, ElmoRunError, check_threads, config_error_message
 from ..modeling_elmo import ElmoForPreTraining, ElmoForPreTrainingOutput
 from ..packaged_elmo import resolve_model_name
 from ..tokenization_elmo import ElmoTokenizer
@@ -327,8 +329,8 @@ def build_config(
     try:
         return ElmoConfig(**fields, word_vocab_size=vocabulary_size, softmax_type=softmax,
                           softmax_num_samples=num_samples, pretraining_dropout=dropout)
-    except ValueError as error:
-        raise PreTrainingError(f"the architecture options cannot be used: {error}") from None
+    except (ValueError, StrictDataclassError) as error:
+        raise PreTrainingError(f"the architecture options cannot be used: {config_error_message(error)}") from None
 
 
 def load_model(
@@ -337,14 +339,16 @@ def load_model(
     """A new model from `config`, or `model`'s biLM with its softmax (same vocabulary) or a new one."""
     if model is None:
         return ElmoForPreTraining(config)
+    hint = "start from a folder as elmo-hf wrote it (elmo-hf convert or pretrain)"
+    if (model / VOCABULARY_FILE).is_file() and ElmoWordVocabulary.load(model) == vocabulary:
+        return load_model_weights(ElmoForPreTraining, model, PreTrainingError, hint, **options)
+    # A new softmax over this vocabulary; the checkpoint's own softmax (if any) is left out.
+    check_config_file(model, PreTrainingError)
     try:
-        if (model / VOCABULARY_FILE).is_file() and ElmoWordVocabulary.load(model) == vocabulary:
-            return ElmoForPreTraining.from_pretrained(model, **options)
-        # A new softmax over this vocabulary; the checkpoint's own softmax (if any) is left out.
         config = ElmoConfig.from_pretrained(model, word_vocab_size=len(vocabulary), **options)
-        return ElmoForPreTraining.from_pretrained(model, config=config, ignore_mismatched_sizes=True)
-    except (OSError, ValueError) as error:
-        raise PreTrainingError(f"--model {model} cannot be loaded: {error}") from None
+    except UNREADABLE_FOLDER_ERRORS as error:
+        raise PreTrainingError(f"--model {model} cannot be loaded: {config_error_message(error)}") from None
+    return load_model_weights(ElmoForPreTraining, model, PreTrainingError, hint, ("softmax.",), config=config)
 
 
 def choose_vocabulary(
@@ -404,7 +408,7 @@ def check_options(values: dict) -> None:
         ("save_steps", "a positive integer", lambda v: v >= 1),
         ("save_total_limit", "a positive integer", lambda v: v is None or v >= 1),
         ("logging_steps", "a positive integer", lambda v: v >= 1),
-        ("threads", "a positive integer", lambda v: v is None or v >= 1),
+        ("seed", "an integer in [0, 2**32 - 1] (numpy's seeds)", lambda v: 0 <= v < 2**32),
         ("errors", f"one of {', '.join(DECODING_ERRORS)}", lambda v: v in DECODING_ERRORS),
         ("softmax", "full or sampled", lambda v: v in ("full", "sampled")),
         ("architecture", f"one of {', '.join(PRESETS)}", lambda v: v is None or v in PRESETS),
@@ -414,6 +418,7 @@ def check_options(values: dict) -> None:
     for name, rule, holds in rules:
         if not holds(values[name]):
             raise PreTrainingError(f"--{name.replace('_', '-')} {values[name]!r}: must be {rule}.")
+    check_threads(values["threads"], PreTrainingError)
     if values["warmup_steps"] and values["lr_scheduler"] in SCHEDULERS_WITHOUT_WARMUP:
         raise PreTrainingError(
             f"--warmup-steps {values['warmup_steps']}: --lr-scheduler {values['lr_scheduler']} does not warm up; use "
@@ -502,8 +507,8 @@ class OutputFolder:
     def save_model(self, trainer: ElmoPreTrainer, tokenizer: ElmoTokenizer, vocabulary: ElmoWordVocabulary) -> None:
         """Writes the model folder into a staging folder, then moves its files into OUTPUT, `config.json` last.
 
-        Safetensors, JSON and text files (the model's own tokenizer among them) and the remote code, with the umask's permissions (no pickle); a file of
-        OUTPUT that this run's record does not list as its own is never replaced.
+        Safetensors, JSON and text files (the model's own tokenizer among them) and the remote code, with the umask's
+        permissions (no pickle); a file of OUTPUT that this run's record does not list as its own is never replaced.
         """
         staging = Path(tempfile.mkdtemp(prefix=_FINAL_STAGING_PREFIX, dir=self.path))
         try:
@@ -723,4 +728,12 @@ def pretrain(
     return trainer, metrics
 
 
-__all__ = ["ElmoPreTrainer", "PRESETS", "PreTrainingError", "PreTrainingRunError", "load_tokenizer", "model_perplexity", "pretrain"]
+__all__ = [
+    "ElmoPreTrainer",
+    "PRESETS",
+    "PreTrainingError",
+    "PreTrainingRunError",
+    "load_tokenizer",
+    "model_perplexity",
+    "pretrain",
+]
