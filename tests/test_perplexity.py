@@ -154,11 +154,13 @@ def test_json_output_never_replaces_an_input_nor_a_special_file(pretraining_fold
     (atomically, a new file renamed over the path) would replace it. Each is refused and left as it was."""
     text = tmp_path / "test.txt"
     text.write_text("the cat sat\n", encoding="utf-8")
-    pipe = tmp_path / "pipe"
+    pipe, hard_link = tmp_path / "pipe", tmp_path / "hard link"
     os.mkfifo(pipe)
+    os.link(text, hard_link)
     vocabulary = (pretraining_folder / "vocab.txt").read_bytes()
     for output, message in (
         (text, "is the input"),
+        (hard_link, "is the input"),
         (pretraining_folder / "vocab.txt", "is a file of"),
         (pipe, "is not a regular file"),
     ):
@@ -166,7 +168,7 @@ def test_json_output_never_replaces_an_input_nor_a_special_file(pretraining_fold
         err = capsys.readouterr().err
         assert err.startswith("error: --json ") and len(err.splitlines()) == 1 and message in err, err
     assert text.read_text() == "the cat sat\n" and (pretraining_folder / "vocab.txt").read_bytes() == vocabulary
-    assert pipe.is_fifo()
+    assert pipe.is_fifo() and hard_link.samefile(text)
 
 
 def test_a_pretrained_folder_scores_its_held_out_text_as_pretrain_evaluated_it(tmp_path):

@@ -138,14 +138,15 @@ def check_output_file(
 ) -> None:
     """Refuses (`error`) an output file whose writing would replace what is not a file of results: an existing path
     that is not a regular file (a device such as /dev/null, a FIFO, a folder: the finished file is renamed over it),
-    one of `inputs`, or an existing file inside an input folder (a model folder's own files)."""
+    one of `inputs` (by any name: a symbolic or hard link), or an existing file inside an input folder (a model
+    folder's own files)."""
     if output.exists() and not output.is_file():
         kind = "a folder" if output.is_dir() else "not a regular file (a device, a pipe or a socket)"
         raise error(f"{name} {output} is {kind}, which writing would replace; give the path of a file.")
     real = output.resolve()
     for path in map(Path, inputs):
         real_input = path.resolve()
-        if real == real_input:
+        if real == real_input or output.exists() and path.exists() and os.path.samefile(output, path):  # hard links
             raise error(f"{name} {output} is the input file {path}; give another path.")
         if output.exists() and real_input.is_dir() and real_input in real.parents:
             raise error(f"{name} {output} is a file of {path}, which writing would replace; give another path.")
