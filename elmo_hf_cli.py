@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         width = max(map(len, COMMANDS))
         lines = [f"  {name:<{width}}  {summary}" for name, summary in COMMANDS.items()]
-        print("usage: elmo-hf COMMAND [options]   (elmo-hf COMMAND --help for its options; elmo-hf --version)\n", *lines, "",
-              EXIT_STATUS, sep="\n")
+        usage = "usage: elmo-hf COMMAND [options]   (elmo-hf COMMAND --help for its options; elmo-hf --version)\n"
+        print(usage, *lines, "", EXIT_STATUS, sep="\n")
         if argv and argv[0] not in ("-h", "--help"):
             print(f"\nerror: unknown command {argv[0]!r}", file=sys.stderr)
             return 2

@@ -280,8 +280,8 @@ def run_configuration(args) -> dict:
 def format_table(rows: list[dict], processes: int = 1) -> str:
     runs = "tok/s by process" if processes > 1 else "runs tok/s"
     header = (
-        "| model | batch | dtype | impl | tok/s | sent/s | GFLOP/s | GEMM GFLOP/s | of GEMM | BW GB/s | stream tok/s | "
-        f"of stream | cell BW GB/s | of cell stream | peak RSS GiB | max abs diff vs float64 | {runs} |"
+        "| model | batch | dtype | impl | tok/s | sent/s | GFLOP/s | GEMM GFLOP/s | of GEMM | BW GB/s | stream tok/s "
+        f"| of stream | cell BW GB/s | of cell stream | peak RSS GiB | max abs diff vs float64 | {runs} |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for row in rows:

@@ -1,4 +1,5 @@
-"""Checkout entry point, same as the installed `elmo-hf convert`: the command is elmo_hf/cli/convert.py over elmo_hf/conversion/convert.py."""
+"""Checkout entry point, same as the installed `elmo-hf convert`: the command is elmo_hf/cli/convert.py over
+elmo_hf/conversion/convert.py."""
 
 import sys
 from pathlib import Path

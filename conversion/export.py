@@ -1,4 +1,5 @@
-"""Checkout entry point, same as the installed `elmo-hf export`: the command is elmo_hf/cli/export.py over elmo_hf/conversion/export.py."""
+"""Checkout entry point, same as the installed `elmo-hf export`: the command is elmo_hf/cli/export.py over
+elmo_hf/conversion/export.py."""
 
 import sys
 from pathlib import Path

@@ -87,7 +87,8 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         if preprocess_params["is_split_into_words"]:
             if not isinstance(sentence, list):
                 raise ValueError(
-                    f"With is_split_into_words=True, each input must be a list of words, got {type(sentence).__name__}."
+                    "With is_split_into_words=True, each input must be a list of words, "
+                    f"got {type(sentence).__name__}."
                 )
             delimiter = preprocess_params["delimiter"]
             inputs = self.tokenizer(

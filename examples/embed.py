@@ -19,7 +19,8 @@ from transformers import AutoModel, AutoTokenizer
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "model", help="a packaged model's name (elmo-en-mini), a converted ELMo folder (conversion/convert.py) or Hub id"
+        "model",
+        help="a packaged model's name (elmo-en-mini), a converted ELMo folder (conversion/convert.py) or Hub id",
     )
     parser.add_argument("sentences", nargs="*", help="sentences to embed; if none, lines piped to standard input")
     parser.add_argument("--layer", type=int, default=-1, help="which layer to print: 0 = token layer, -1 = top")

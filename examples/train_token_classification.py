@@ -209,7 +209,8 @@ def main() -> int:
         )
     trainer.save_model(str(args.output_dir / "model"))
     print(
-        f'saved to {args.output_dir / "model"}; tag with pipeline("token-classification", model=..., trust_remote_code=True)'
+        f'saved to {args.output_dir / "model"}; tag with '
+        'pipeline("token-classification", model=..., trust_remote_code=True)'
     )
     return 0
 

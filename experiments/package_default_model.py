@@ -1,4 +1,5 @@
-"""Ship a pretrained biLM with the package: `python experiments/package_default_model.py RUN_DIR [--name elmo-en-mini]`.
+"""Ship a pretrained biLM with the package:
+`python experiments/package_default_model.py RUN_DIR [--name elmo-en-mini]`.
 
 Writes the pretraining folder RUN_DIR's model (the biLM and its word softmax, so that `elmo-hf perplexity` reproduces
 the card's numbers), its `vocab.txt` and the default tokenizer into `elmo_hf/models/NAME`, the folder

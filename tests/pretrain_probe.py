@@ -1,4 +1,5 @@
-"""Runs `pretrain` with the given `elmo-hf pretrain` options and saves this process's final weights (for the torchrun test).
+"""Runs `pretrain` with the given `elmo-hf pretrain` options and saves this process's final weights (for the torchrun
+test).
 
     python tests/pretrain_probe.py WEIGHTS_DIR [pretrain options]   ->   WEIGHTS_DIR/rank{RANK}.pt
 """

@@ -32,7 +32,8 @@ def table_rows(text: str) -> list[dict[str, str]]:
             lines.append(line)
         elif lines:
             break
-    header, *rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if not line.startswith("|---")]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if not line.startswith("|---")]
+    header, *rows = cells
     return [dict(zip(header, row)) for row in rows]
 
 

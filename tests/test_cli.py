@@ -40,7 +40,8 @@ def test_help_and_version_import_neither_torch_nor_transformers():
     run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
     assert run.stdout.splitlines()[-1] == "[]"
     assert "elmo-hf COMMAND" in run.stdout and f"elmo-hf {elmo_hf.__version__}" in run.stdout
-    assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"] == {"elmo-hf": "elmo_hf_cli:main"}
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"elmo-hf": "elmo_hf_cli:main"}
 
 
 def test_help_lists_the_commands_and_the_exit_status_rule(capsys):

@@ -2,6 +2,7 @@
 nothing written; and the self-check, which sees every character id and any non-finite output."""
 
 import errno
+import re
 import shutil
 from pathlib import Path
 
@@ -23,7 +24,12 @@ from elmo_hf.conversion.checkpoint import (
     read_weights,
 )
 from elmo_hf.cli.convert import main
-from elmo_hf.conversion.convert import check_against_reference, convert_checkpoint, model_from_checkpoint
+from elmo_hf.conversion.convert import (
+    check_against_reference,
+    convert_checkpoint,
+    model_from_checkpoint,
+    read_config,
+)
 from elmo_hf.conversion.reference import every_character_sentence, words_to_char_ids
 from elmo_hf.tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN
 
@@ -230,3 +236,27 @@ def test_nan_weights_are_reported_as_such_not_as_a_wrong_layout(tmp_path):
         convert_checkpoint(FIXTURES / "allennlp" / "options.json", weights, tmp_path / "out")
     assert "layout" not in str(raised.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"num_layers": ', "config.json cannot be read as JSON"),
+        ("[]", "config.json holds a JSON list, not an object"),
+        ('{"lstm_dim": "abc"}', "cannot be loaded ("),
+        ('{"num_layers": 0}', "cannot be loaded (ElmoConfig.num_layers must be a positive"),
+    ],
+)
+def test_read_config_refuses_a_config_json_it_cannot_use_in_one_line(tmp_path, text, message):
+    """`read_config`, which every command reading a model folder's config goes through, says what is wrong with a
+    config.json on one line (a check between fields reaches it wrapped in the strict dataclass's two lines)."""
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ConversionError, match=re.escape(message)) as refusal:
+        read_config(tmp_path, ConversionError)
+    assert "\n" not in str(refusal.value)
+
+
+def test_read_config_applies_overrides(tmp_path):
+    """Fields given to `read_config` replace the file's (pretrain --model with a new softmax sets its size)."""
+    CONFIG.save_pretrained(tmp_path)
+    assert read_config(tmp_path, ConversionError, word_vocab_size=12).word_vocab_size == 12

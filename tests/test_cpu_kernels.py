@@ -822,7 +822,7 @@ def test_the_cache_file_is_named_after_what_picks_the_kernels(monkeypatch):
 def test_a_fresh_process_runs_no_check_an_earlier_one_made(tmp_path):
     """Two real processes with the same cache: the first checks its kinds of step with one thread in use, the second
     (the same model and sentences) runs none of those checks."""
-    program = f"""
+    program = """
 import torch
 from conftest import MIXED_SENTENCES, encode, tiny_config
 from elmo_hf import ElmoModel, ElmoTokenizer, cpu_kernels

@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES, fixture_sentences
+from conftest import fixture_sentences
 from safetensors.torch import load_file, save_file
 from transformers.modeling_outputs import BaseModelOutput
 

@@ -85,7 +85,8 @@ def test_their_lexicon_quirks(tokenizer):
     assert min(tokenizer.char_vocab.values()) == 1 and min(tokenizer.word_vocab.values()) == 1
     row = tokenizer.word_to_ids("internationally")  # cut to "internatio", which is in word.dic
     assert row[-1] == tokenizer.word_vocab["internatio"]
-    assert tokenizer.decode(tokenizer(["天\u3000氣", "a€"], is_split_into_words=True)["input_ids"]) == "天\u3000氣 a\ufffd"
+    ids = tokenizer(["天\u3000氣", "a€"], is_split_into_words=True)["input_ids"]
+    assert tokenizer.decode(ids) == "天\u3000氣 a\ufffd"
 
 
 @pytest.mark.parametrize("implementation", ["auto", "eager"])
@@ -293,7 +294,10 @@ UNUSABLE_FOLDERS = [
         (_add_char_entry, r"char_emb_layer.embedding.weight' has shape \(412, 6\), .* imply \(413, 6\)"),
         (_extra_tensor, "unexpected tensor 'extra.weight'"),
         (_unsafe_pickle, "weights_only=True"),
-        (_edit_architecture("token_embedder", "name", "lstm"), "only the 'elmo' encoder with the 'cnn' token embedder"),
+        (
+            _edit_architecture("token_embedder", "name", "lstm"),
+            "only the 'elmo' encoder with the 'cnn' token embedder",
+        ),
         (lambda folder: (folder / "word.dic").unlink(), "word.dic not found"),
         (lambda folder: (folder / "char.dic").write_text("a\tb\tc\n"), "line 1 is not 'entry<TAB>id'"),
         *UNUSABLE_FOLDERS,
@@ -319,7 +323,8 @@ def test_command_line(tmp_path, capsys):
 @pytest.mark.parametrize(("edit", "message"), UNUSABLE_FOLDERS)
 def test_convert_manylangs_bad_values_give_one_error_line_and_exit_2(tmp_path, capsys, edit, message):
     folder = broken_copy(tmp_path, edit)
-    status = cli_main(["convert-manylangs", "--model", str(folder), "--language", "zh", "--output", str(tmp_path / "o")])
+    output = str(tmp_path / "o")
+    status = cli_main(["convert-manylangs", "--model", str(folder), "--language", "zh", "--output", output])
     err = capsys.readouterr().err
     assert status == 2 and len(err.splitlines()) == 1 and err.startswith("error: ") and "Traceback" not in err, err
     assert re.search(message, err) and not (tmp_path / "o").exists()

@@ -110,11 +110,14 @@ def test_zero_state_equals_stateless(tiny_model, tokenizer):
     inputs = encode(tokenizer, SENTENCES)
     zeros = (torch.zeros(4, 3, 8), torch.zeros(4, 3, 16))
     with torch.no_grad():
-        assert torch.equal(tiny_model(**inputs, lstm_state=zeros).last_hidden_state, tiny_model(**inputs).last_hidden_state)
+        with_zeros = tiny_model(**inputs, lstm_state=zeros).last_hidden_state
+        assert torch.equal(with_zeros, tiny_model(**inputs).last_hidden_state)
 
 
 @pytest.mark.parametrize("implementation", ["eager", "auto"])
-def test_without_the_final_state_each_direction_skips_the_far_boundary(tiny_model, tokenizer, implementation, monkeypatch):
+def test_without_the_final_state_each_direction_skips_the_far_boundary(
+    tiny_model, tokenizer, implementation, monkeypatch
+):
     """A sentence of n words runs n + 1 steps per direction unless the final state is asked for (n + 2 then): the
     step at the far boundary (`</S>` forward, `<S>` backward) makes only that boundary's output and the final
     state. The layers `forward` returns are the same either way: bit for bit on the CPU kernels, whose rows do not
@@ -150,7 +153,9 @@ def test_without_the_final_state_each_direction_skips_the_far_boundary(tiny_mode
     forward_kept[torch.arange(rows), ends] = False
     for layer, expected in zip(boundaries[1:], every[1:], strict=True):
         assert not layer[torch.arange(rows), ends, :dim].any() and not layer[:, 0, dim:].any()
-        torch.testing.assert_close(layer[..., :dim][forward_kept], expected[..., :dim][forward_kept], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(
+            layer[..., :dim][forward_kept], expected[..., :dim][forward_kept], rtol=1e-6, atol=1e-6
+        )
         torch.testing.assert_close(layer[:, 1:, dim:], expected[:, 1:, dim:], rtol=1e-6, atol=1e-6)
 
 

@@ -185,7 +185,8 @@ def test_torch_compile_fullgraph_on_the_export_path():
         model.config.elmo_implementation = "auto"
         expected = eager_outputs(model, input_ids, mask, state)
         model.config.elmo_implementation = "export"
-        assert max_difference([actual.last_hidden_state, *actual.hidden_states, *actual.lstm_state], expected) <= TOLERANCE
+        outputs = [actual.last_hidden_state, *actual.hidden_states, *actual.lstm_state]
+        assert max_difference(outputs, expected) <= TOLERANCE
 
 
 def test_export_path_in_eager_mode_still_checks_values(tiny_model):
@@ -334,7 +335,7 @@ def test_export_onnx_unusable_places_give_one_error_line(tmp_path, read_only_fol
     for arguments, status, message in (
         (["--model", str(model)], 2, f"--output {model / 'onnx'} is a file; give a folder path."),
         (["--model", str(model), "--output", str(tmp_path / "file" / "x")], 2, "which is a file"),
-        (["--model", str(damaged)], 2, "cannot be loaded: ElmoConfig.num_layers must be a positive"),
+        (["--model", str(damaged)], 2, "cannot be loaded (ElmoConfig.num_layers must be a positive"),
         ([str(tmp_path / "none")], 2, "is neither a folder holding a config.json"),
         (["--model", str(incomplete)], 2, "its weights lack token_encoder.projection.weight;"),
         (["--model", str(model), "--task", "token-classification", "--output", str(tmp_path / "head")], 2,

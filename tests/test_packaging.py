@@ -35,8 +35,8 @@ def imported_distributions(folder: Path, top_level_only: bool, skip: Path | None
         if skip is not None and path.is_relative_to(skip):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        lazy = {id(node) for function in ast.walk(tree) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
-                for node in ast.walk(function)}
+        functions = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        lazy = {id(node) for function in functions for node in ast.walk(function)}
         for node in ast.walk(tree):
             if top_level_only and id(node) in lazy:
                 continue

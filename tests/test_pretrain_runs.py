@@ -3,7 +3,6 @@ diverging, on a full disk, into the user's folders, with bad options; and the ty
 
 import argparse
 import errno
-import json
 import math
 import os
 import re

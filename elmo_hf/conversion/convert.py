@@ -140,15 +140,16 @@ def check_output_file(
     that is not a regular file (a device such as /dev/null, a FIFO, a folder: the finished file is renamed over it),
     one of `inputs` (by any name: a symbolic or hard link), or an existing file inside an input folder (a model
     folder's own files)."""
-    if output.exists() and not output.is_file():
+    exists = output.exists()
+    if exists and not output.is_file():
         kind = "a folder" if output.is_dir() else "not a regular file (a device, a pipe or a socket)"
         raise error(f"{name} {output} is {kind}, which writing would replace; give the path of a file.")
     real = output.resolve()
     for path in map(Path, inputs):
         real_input = path.resolve()
-        if real == real_input or output.exists() and path.exists() and os.path.samefile(output, path):  # hard links
+        if real == real_input or exists and path.exists() and os.path.samefile(output, path):  # hard links
             raise error(f"{name} {output} is the input file {path}; give another path.")
-        if output.exists() and real_input.is_dir() and real_input in real.parents:
+        if exists and real_input.is_dir() and real_input in real.parents:
             raise error(f"{name} {output} is a file of {path}, which writing would replace; give another path.")
 
 
@@ -186,6 +187,21 @@ def check_config_file(folder: Path, error: type[ElmoInputError]) -> None:
         raise error(f"{path} holds a JSON {type(config).__name__}, not an object; restore the model's config.json.")
 
 
+def read_config(folder: Path, error: type[ElmoInputError], **kwargs) -> ElmoConfig:
+    """The `ElmoConfig` of `folder` (`kwargs` override its fields), refused (`error`) where its config.json is not a
+    JSON object, cannot be read, or describes no valid architecture."""
+    check_config_file(folder, error)
+    try:
+        return ElmoConfig.from_pretrained(folder, **kwargs)
+    except UNREADABLE_FOLDER_ERRORS as failure:
+        raise error(f"--model {folder} cannot be loaded ({unreadable_reason(failure)}).") from None
+
+
+def unreadable_reason(failure: Exception) -> str:
+    """One of `UNREADABLE_FOLDER_ERRORS`, said on one line."""
+    return " ".join(config_error_message(failure).split())
+
+
 def load_model_weights(
     model_class: type[PreTrainedModel],
     path: str | os.PathLike,
@@ -210,8 +226,7 @@ def load_model_weights(
             path, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
         )
     except UNREADABLE_FOLDER_ERRORS as failure:
-        reason = " ".join(config_error_message(failure).split())
-        raise error(f"--model {path} cannot be loaded ({reason}); {hint}.") from None
+        raise error(f"--model {path} cannot be loaded ({unreadable_reason(failure)}); {hint}.") from None
     finally:
         logging.set_verbosity(verbosity)
     modules = {name.split(".")[0] for name in model.state_dict()}

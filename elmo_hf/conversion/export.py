@@ -39,10 +39,10 @@ from elmo_hf import ElmoConfig, ElmoModel
 from elmo_hf.conversion.checkpoint import ConversionError, N_CHARACTERS, to_original, to_state_dict
 from elmo_hf.conversion.convert import (
     UNREADABLE_FOLDER_ERRORS,
-    check_config_file,
     check_output,
     load_model_weights,
     model_folder,
+    read_config,
     staged_folder,
 )
 from elmo_hf.corpus.data import VOCABULARY_FILE
@@ -132,10 +132,9 @@ def read_folder(folder: Path) -> tuple[ElmoConfig, dict[str, torch.Tensor]]:
     weights = sorted(folder.glob("*.safetensors"))
     if not weights:
         raise OriginalExportError(f"--model {folder} has no .safetensors weights.")
-    check_config_file(folder, OriginalExportError)
+    config = read_config(folder, OriginalExportError)
     state_dict = {}
     try:
-        config = ElmoConfig.from_pretrained(folder)
         for path in weights:
             state_dict.update(load_state_dict(path))
     except UNREADABLE_FOLDER_ERRORS as error:

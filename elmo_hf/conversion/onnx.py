@@ -14,9 +14,10 @@
 """`elmo-hf export-onnx`: a converted ELMo folder (the base model or a head) to an ONNX graph, `onnx/model.onnx`
 inside the folder (where the Hub and transformers.js look for it) unless another folder is given.
 
-The model is traced with `torch.export` (which takes the model's padded-batch path, see `kernels_elmo.uses_padded_batches`) with dynamic
-batch and word-count dimensions, converted by `torch.onnx.export(..., dynamo=True)` at opset `ONNX_OPSET`, and
-checked in onnxruntime against the eager model before it is moved into place.
+The model is traced with `torch.export` (which takes the model's padded-batch path, see
+`kernels_elmo.uses_padded_batches`) with dynamic batch and word-count dimensions, converted by
+`torch.onnx.export(..., dynamo=True)` at opset `ONNX_OPSET`, and checked in onnxruntime against the eager model before
+it is moved into place.
 
 ONNX graph signature (all float outputs float32; `batch_size` and `sequence_length` dynamic, 0 words included):
 - inputs: `input_ids` int64 `(batch_size, sequence_length, row_width)` (`max_characters_per_token` character ids,
@@ -35,17 +36,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..configuration_elmo import ElmoConfig
 from ..errors import ElmoInputError
 from ..modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoPreTrainedModel
 from ..packaged_elmo import PACKAGED_MODELS_DIR
 from .convert import (
-    UNREADABLE_FOLDER_ERRORS,
-    check_config_file,
     check_folder_path,
     created_folder,
     load_model_weights,
     model_folder,
+    read_config,
     write_error,
 )
 
@@ -252,11 +251,7 @@ def export_onnx(
         raise OnnxExportError(
             f"ONNX export needs onnx, onnxscript and onnxruntime: pip install 'elmo-hf[onnx]' ({error})."
         ) from error
-    check_config_file(folder, OnnxExportError)
-    try:
-        architecture = (ElmoConfig.from_pretrained(folder).architectures or ["ElmoModel"])[0]
-    except UNREADABLE_FOLDER_ERRORS as error:
-        raise OnnxExportError(f"--model {model} cannot be loaded: {error}") from error
+    architecture = (read_config(folder, OnnxExportError).architectures or ["ElmoModel"])[0]
     task = task or ARCHITECTURE_TASKS.get(architecture)
     hint = "export a folder as elmo-hf wrote it, with the --task of its own head"
     eager = load_model_weights(MODEL_CLASSES[task], folder, OnnxExportError, hint).eval() if task else None

@@ -27,12 +27,10 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from ..configuration_elmo import ElmoConfig
 from ..conversion.convert import (
-    UNREADABLE_FOLDER_ERRORS,
-    check_config_file,
     check_output_file,
     load_model_weights,
+    read_config,
 )
 from ..errors import check_threads
 from ..modeling_elmo import ElmoForPreTraining
@@ -62,11 +60,7 @@ def load_pretraining_model(
         "perplexity needs a pretraining folder (the biLM with its word softmax and vocab.txt, as `elmo-hf pretrain` "
         "writes it)"
     )
-    check_config_file(folder, PreTrainingError)
-    try:
-        config = ElmoConfig.from_pretrained(folder)
-    except UNREADABLE_FOLDER_ERRORS as error:
-        raise PreTrainingError(f"--model {folder} cannot be loaded ({' '.join(str(error).split())}).") from None
+    config = read_config(folder, PreTrainingError)
     vocabulary_file = vocabulary_file or folder / VOCABULARY_FILE
     if config.word_vocab_size is None:
         raise PreTrainingError(

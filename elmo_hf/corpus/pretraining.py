@@ -48,7 +48,7 @@ from transformers.training_args import OptimizerNames
 from transformers.utils import logging
 
 from ..configuration_elmo import ElmoConfig
-from ..conversion.convert import UNREADABLE_FOLDER_ERRORS, check_config_file, load_model_weights
+from ..conversion.convert import load_model_weights, read_config
 from ..conversion.convert import _respect_umask as respect_umask
 from ..errors import ElmoInputError, ElmoRunError, check_threads, config_error_message
 from ..modeling_elmo import ElmoForPreTraining, ElmoForPreTrainingOutput
@@ -343,11 +343,7 @@ def load_model(
     if (model / VOCABULARY_FILE).is_file() and ElmoWordVocabulary.load(model) == vocabulary:
         return load_model_weights(ElmoForPreTraining, model, PreTrainingError, hint, **options)
     # A new softmax over this vocabulary; the checkpoint's own softmax (if any) is left out.
-    check_config_file(model, PreTrainingError)
-    try:
-        config = ElmoConfig.from_pretrained(model, word_vocab_size=len(vocabulary), **options)
-    except UNREADABLE_FOLDER_ERRORS as error:
-        raise PreTrainingError(f"--model {model} cannot be loaded: {config_error_message(error)}") from None
+    config = read_config(model, PreTrainingError, word_vocab_size=len(vocabulary), **options)
     return load_model_weights(ElmoForPreTraining, model, PreTrainingError, hint, ("softmax.",), config=config)
 
 
@@ -619,8 +615,8 @@ def pretrain(
             )
         if folder.record.get("optimizer", optimizer) != optimizer:
             raise PreTrainingError(
-                f"--resume: the run in {folder.path} trains with --optimizer {folder.record['optimizer']}, whose state "
-                f"its checkpoints hold; --optimizer {optimizer} cannot continue it. Give --optimizer "
+                f"--resume: the run in {folder.path} trains with --optimizer {folder.record['optimizer']}, whose "
+                f"state its checkpoints hold; --optimizer {optimizer} cannot continue it. Give --optimizer "
                 f"{folder.record['optimizer']}, or train again with --overwrite."
             )
         for line in skipped:

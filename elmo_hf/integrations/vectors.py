@@ -120,7 +120,8 @@ class WordVectors:
             sentences, is_split_into_words=True, add_special_tokens=False, padding=True, padding_side="right",
             return_tensors="pt",
         )
-        input_ids, attention_mask = inputs["input_ids"].to(self.model.device), inputs["attention_mask"].to(self.model.device)
+        input_ids = inputs["input_ids"].to(self.model.device)
+        attention_mask = inputs["attention_mask"].to(self.model.device)
         with torch.inference_mode():
             outputs = self.model(
                 input_ids=input_ids,
