@@ -285,6 +285,10 @@ UNUSABLE_FOLDERS = [
     (_append_word(b"minus\t-3\n"), "gives 'minus' the negative id -3; ids are embedding rows"),
     (_edit_architecture("encoder", "dim", "32"), "encoder.dim is '32'; it must be a whole number of at least 1"),
     (_edit_architecture("encoder", "n_layers", True), "encoder.n_layers is True; it must be a whole number"),
+    (
+        _edit_architecture("token_embedder", "max_characters_per_token", 10**12),
+        "max_characters_per_token is 1000000000000; at most 1000 is converted",
+    ),
 ]
 
 
