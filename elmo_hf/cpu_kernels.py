@@ -254,7 +254,9 @@ def same_bytes(tensor: torch.Tensor, other: torch.Tensor) -> bool:
     if tensor.shape != other.shape or tensor.dtype != other.dtype:
         return False
     tensor, other = (t.detach().contiguous().view(-1).view(torch.uint8) for t in (tensor, other))
-    if tensor.numel() % 8 == 0:  # compared as 64-bit words: the same bytes, read twice as fast
+    if tensor.numel() % 8 == 0 and tensor.storage_offset() % 8 == 0 and other.storage_offset() % 8 == 0:
+        # compared as 64-bit words: the same bytes, read twice as fast (a view at an odd offset, a row of odd width
+        # cut from a larger tensor, cannot be read as such)
         tensor, other = tensor.view(torch.int64), other.view(torch.int64)
     return torch.equal(tensor, other)
 

@@ -297,6 +297,30 @@ def test_a_first_step_of_alike_rows_is_computed_once_with_each_rows_bits(monkeyp
         torch.testing.assert_close(value, reference, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("start", [0, 1, 2, 3])
+def test_same_bytes_reads_views_at_any_offset(start):
+    """`same_bytes` compares views at any byte offset (a first step's rows of a model whose projection_dim is odd sit
+    at offsets that are no multiple of 8 bytes), by bytes: equal values are the same, a flipped sign of zero is not."""
+    flat = torch.zeros(40)
+    for other in range(start + 1, 24):
+        assert cpu_kernels.same_bytes(flat[start : start + 8], flat[other : other + 8])
+    flat[start + 7] = -0.0
+    assert not cpu_kernels.same_bytes(flat[start : start + 8], flat[20:28])
+
+
+@pytest.mark.parametrize("projection_dim", [1, 3, 5])
+def test_kernels_run_odd_widths_as_the_reference(tokenizer, projection_dim):
+    """A model of odd widths (its rows at offsets that are no multiple of 8 bytes) runs on the kernels, batches
+    whose rows share a first step included, as the reference computes it."""
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config(projection_dim=projection_dim)).eval()
+    inputs = encode(tokenizer, [["The", "cat", "sat", "."], ["A", "dog"], ["Birds", "fly", "south", "in", "winter"]])
+    with torch.inference_mode():
+        actual = model(**inputs, output_hidden_states=True).hidden_states
+        expected = eager_copy(model)(**inputs, output_hidden_states=True).hidden_states
+    assert_layers_close(actual, expected)
+
+
 def test_reordered_copies_are_used_only_where_they_pay(monkeypatch):
     linear = nn.Linear(32, 64, bias=False)
     key = (64, 32, torch.float32, torch.get_num_threads())
