@@ -23,6 +23,22 @@ from transformers.pipelines.feature_extraction import FeatureExtractionPipeline
 from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
 
 
+def _check_words(sentence: Any) -> None:
+    """Raise unless `sentence` is one sentence's words, a list (or tuple) of str, as `is_split_into_words=True` takes
+    it; the tokenizer would read a list of lists as a batch of sentences instead."""
+    if isinstance(sentence, (list, tuple)):
+        kinds = sorted({type(word).__name__ for word in sentence if not isinstance(word, str)})
+        if not kinds:
+            return
+        got = f"a {type(sentence).__name__} holding {', '.join(kinds)}"
+    else:
+        got = type(sentence).__name__
+    raise ValueError(
+        f"With is_split_into_words=True, each input must be a list of words (str), got {got}; for several sentences "
+        "pass a list of such lists."
+    )
+
+
 class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
     """
     [`TokenClassificationPipeline`] for ELMo. The stock pipeline reads one integer id per token, but ELMo's
@@ -64,13 +80,18 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
             raise ValueError("`stride` is not supported: ELMo reads whole sentences, so no text is split into chunks.")
         if offset_mapping is not None:
             raise ValueError("`offset_mapping` is not needed: the ELMo tokenizer returns the words' offsets itself.")
+        if isinstance(ignore_labels, str):
+            raise TypeError(f"ignore_labels must be a list of labels, got the str {ignore_labels!r}; pass a list.")
         preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
             ignore_labels, None, None, is_split_into_words, None, delimiter
         )
         # The stock check rejects "first"/"average"/"max" for slow tokenizers because of sub-words; ELMo has none.
         if aggregation_strategy is not None:
             if isinstance(aggregation_strategy, str):
-                aggregation_strategy = AggregationStrategy[aggregation_strategy.upper()]
+                names = [strategy.value for strategy in AggregationStrategy]
+                if aggregation_strategy.lower() not in names:
+                    raise ValueError(f"aggregation_strategy must be one of {names}, got {aggregation_strategy!r}.")
+                aggregation_strategy = AggregationStrategy(aggregation_strategy.lower())
             postprocess_params["aggregation_strategy"] = aggregation_strategy
         return preprocess_params, forward_params, postprocess_params
 
@@ -85,11 +106,7 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
 
     def preprocess(self, sentence: str | list[str], **preprocess_params):
         if preprocess_params["is_split_into_words"]:
-            if not isinstance(sentence, list):
-                raise ValueError(
-                    "With is_split_into_words=True, each input must be a list of words, "
-                    f"got {type(sentence).__name__}."
-                )
+            _check_words(sentence)
             delimiter = preprocess_params["delimiter"]
             inputs = self.tokenizer(
                 sentence,
@@ -161,7 +178,9 @@ class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
     [`FeatureExtractionPipeline`] that takes pre-split words. The stock pipeline ignores `is_split_into_words`: a
     list of words becomes a batch of one-word sentences, each embedded without its context. Here, with
     `is_split_into_words=True`, a list of words is one sentence (one result, as for a str) and a list of such lists
-    several; without it each input must be a str, and a list of words is refused with the flag to pass.
+    several; without it each input must be a str, and a list of words is refused with the flag to pass. Each sentence
+    gets the rows of its words only, also when `batch_size > 1` pads it to a longer one (the stock pipeline keeps those
+    padding rows).
 
     Build it with `pipeline("feature-extraction", model=..., pipeline_class=ElmoFeatureExtractionPipeline)` or
     directly with `model=` and `tokenizer=`.
@@ -188,21 +207,29 @@ class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
         split = {**self._preprocess_params, **self._sanitize_parameters(**kwargs)[0]}.get("is_split_into_words")
         if split and isinstance(inputs, list) and all(isinstance(word, str) for word in inputs):
             return super().__call__([inputs], **kwargs)[0]  # one sentence's words
+        if isinstance(inputs, list) and not inputs:
+            raise ValueError("At least one input is required: a str, a list of str, or a list of word lists.")
         return super().__call__(inputs, **kwargs)
 
     def preprocess(self, inputs: str | list[str], **tokenize_kwargs):
         if tokenize_kwargs.get("is_split_into_words"):
-            if not isinstance(inputs, (list, tuple)) or not all(isinstance(word, str) for word in inputs):
-                raise ValueError(
-                    "With is_split_into_words=True, each input must be a list of words (str), got "
-                    f"{type(inputs).__name__}."
-                )
+            _check_words(inputs)
         elif not isinstance(inputs, str):
             raise ValueError(
                 f"Each input must be a str, got {type(inputs).__name__}; for a sentence given as a list of words, "
                 "pass is_split_into_words=True."
             )
         return super().preprocess(inputs, **tokenize_kwargs)
+
+    def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
+        """The model's first output (`last_hidden_state`) and the attention mask, for `postprocess`."""
+        return {"features": super()._forward(model_inputs)[0], "attention_mask": model_inputs["attention_mask"]}
+
+    def postprocess(self, model_outputs: dict[str, Any], return_tensors: bool = False):
+        """One sentence's rows without the padding rows of its batch (`batch_size > 1`), so that a sentence gets the
+        same `[1][words][hidden_size]` whatever it is batched with."""
+        features = model_outputs["features"][:, model_outputs["attention_mask"][0].bool()]
+        return features if return_tensors else features.tolist()
 
 
 __all__ = ["ElmoFeatureExtractionPipeline", "ElmoTokenClassificationPipeline"]

@@ -306,6 +306,51 @@ class ElmoTokenizer(PreTrainedTokenizer):
     def num_special_tokens_to_add(self, pair: bool = False) -> int:
         return 2 if self.add_bos_eos else 0
 
+    def get_special_tokens_mask(
+        self, token_ids_0: Any, token_ids_1: Any = None, already_has_special_tokens: bool = False
+    ) -> list[int]:
+        """With `already_has_special_tokens`, 1 for each padding or `<S>`/`</S>` row of one sentence's rows (as data
+        collators ask for it; the base class reads one integer id per token), else the base class's mask."""
+        if not already_has_special_tokens:
+            return super().get_special_tokens_mask(token_ids_0, token_ids_1)
+        if token_ids_1 is not None:
+            raise ValueError("ElmoTokenizer encodes single sentences, so there is no second sequence to mask.")
+        boundary_rows = {tuple(self.word_to_ids(word)) for word in self.boundary_words}
+        return [int(not any(row) or tuple(row) in boundary_rows) for row in to_py_obj(token_ids_0)]
+
+    def add_special_tokens(
+        self,
+        special_tokens_dict: dict[str, str | AddedToken | Sequence[str | AddedToken]],
+        replace_extra_special_tokens: bool = True,
+    ) -> int:
+        """As the base class, but tokens outside the character vocabulary are refused (`_refuse_new_tokens`) before
+        the base class would set them as `pad_token` etc. and leave the tokenizer broken."""
+        self._refuse_new_tokens(
+            [
+                token
+                for value in (special_tokens_dict or {}).values()
+                for token in (value if isinstance(value, (list, tuple)) else [value])
+            ]
+        )
+        return super().add_special_tokens(special_tokens_dict, replace_extra_special_tokens)
+
+    def _add_tokens(self, new_tokens: list[str] | list[AddedToken], special_tokens: bool = False) -> int:
+        """As the base class (`add_tokens`, special tokens given to `__init__`), refusing new tokens."""
+        self._refuse_new_tokens(new_tokens or [])
+        return super()._add_tokens(new_tokens, special_tokens=special_tokens)
+
+    def _refuse_new_tokens(self, tokens: Sequence[str | AddedToken]) -> None:
+        """Raise for tokens outside the character vocabulary: a word is always encoded as its characters, so a new
+        token would never be split off nor appear in `input_ids`, and its id would have no embedding in the model."""
+        vocab = self.get_vocab()
+        new = [str(token) for token in tokens if str(token) and str(token) not in vocab]
+        if new:
+            raise ValueError(
+                f"ElmoTokenizer cannot add the tokens {new}: every word, {new[0]!r} included, is encoded as its "
+                "characters already, and new ids would have no embedding in the model. To keep such a string one "
+                "word, pass pre-split words (is_split_into_words=True) or use split_punctuation=False."
+            )
+
     def _split_words(self, text: str) -> tuple[list[str], list[tuple[int, int]]]:
         """Split raw text into words, and their `(start, end)` character offsets in `text`.
 
@@ -362,9 +407,9 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return self._row_to_word(ids)
         if depth == 2:
             words = [self._row_to_word(row) for row in ids]
-            if skip_special_tokens:
-                special = set(self.all_special_tokens)
-                words = [word for word in words if word not in special]
+            if skip_special_tokens:  # by row, so that a word that spells a special token (e.g. "<pad>") stays
+                special = self.get_special_tokens_mask(ids, already_has_special_tokens=True)
+                words = [word for word, is_special in zip(words, special) if not is_special]
             return words
         return [self.convert_ids_to_tokens(sequence, skip_special_tokens=skip_special_tokens) for sequence in ids]
 

@@ -178,3 +178,13 @@ def test_migration_guide_python_blocks_run():
     assert len(blocks) == 3
     for block in blocks:
         exec(compile(textwrap.dedent(block), str(GUIDE), "exec"), {})
+
+
+def test_embed_file_refuses_a_folder_as_its_output(embedder, tmp_path):
+    """Found before embedding, instead of an IsADirectoryError once the whole file is embedded."""
+    source = tmp_path / "lines.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ValueError, match="output_file_path .*out is a folder"):
+        embedder.embed_file(source, tmp_path / "out")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["lines.txt", "out"]

@@ -91,3 +91,11 @@ def test_bad_input_is_refused_with_the_fix(tiny_folder):
         ElmoBatchEmbedder(tiny_folder, layers="mix")
     with pytest.raises(ValueError, match="dtype must be one of"):
         ElmoBatchEmbedder(tiny_folder, dtype="int8")
+
+
+def test_a_single_text_is_not_read_as_a_column_of_characters(tiny_folder):
+    """A str where the column belongs would be iterated character by character, one "text" per character."""
+    embedder = ElmoBatchEmbedder(tiny_folder, device="cpu")
+    with pytest.raises(TypeError, match="column 'text' must hold texts .*got one str"):
+        embedder({"text": "a b"})
+    assert [vectors.shape[1] for vectors in embedder({"text": ["a b"]})["vectors"]] == [2]

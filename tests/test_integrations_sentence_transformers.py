@@ -103,3 +103,10 @@ def test_integration_guide_python_blocks_run(tmp_path, monkeypatch):
     assert encoded["embeddings"].shape == (2, 384) and tuple(encoded["words"].shape) == (4, 384)
     assert [len(vectors) for vectors in mapped["with_vectors"]["vectors"]] == [4, 5]  # words: ELMo reads characters .
     assert len(mapped["with_embeddings"]["embedding"][0]) == 384
+
+
+@pytest.mark.parametrize("scalar_parameters", [[1.0], [1.0, 2.0], [0.0] * 4])
+def test_learned_mix_needs_one_scalar_per_layer(tiny_folder, scalar_parameters):
+    """One scalar would be broadcast to every layer, silently; two or four would fail inside torch."""
+    with pytest.raises(ValueError, match=r"needs 3 scalar_parameters \(num_layers \+ 1"):
+        ElmoSentenceModule(tiny_folder, layers="learned", scalar_parameters=scalar_parameters)

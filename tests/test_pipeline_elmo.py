@@ -172,6 +172,9 @@ def test_direct_construction_from_model_objects(folders, ner):
         (["fine", 3], {}, ValueError, "Each input must be a str"),
         ("not split", {"is_split_into_words": True}, ValueError, "must be a list of words"),
         (SENTENCE, {"stride": 2}, ValueError, "`stride` is not supported"),
+        (SENTENCE, {"aggregation_strategy": "longest"}, ValueError, r"aggregation_strategy must be one of \["),
+        (SENTENCE, {"ignore_labels": "O"}, TypeError, "ignore_labels must be a list of labels, got the str 'O'"),
+        ([("Zoë", "moved")], {"is_split_into_words": True}, ValueError, "list of words .*got a list holding tuple"),
     ],
 )
 def test_bad_pipeline_input(ner, inputs, kwargs, error, message):
@@ -201,6 +204,21 @@ def test_feature_extraction_keeps_pre_split_words_one_sentence(extractor):
     np.testing.assert_array_equal(several[0], expected)
     np.testing.assert_array_equal(several[1], extractor("bank"))
     assert several[2] == extractor("") == [[]]
+
+
+def test_feature_extraction_gives_each_sentence_its_own_rows_in_any_batch(extractor):
+    """A sentence batched with longer ones gets its words' rows alone (no padding rows), as when it is alone."""
+    texts = ["the bank of the river", "bank", ""]
+    alone = [extractor(text) for text in texts]
+    for batch_size in (1, 3):
+        batched = extractor(texts, batch_size=batch_size)
+        assert [np.shape(features) for features in batched] == [(1, 5, 32), (1, 1, 32), (1, 0)]
+        for features, expected in zip(batched, alone):
+            np.testing.assert_allclose(features, expected, rtol=1e-5, atol=1e-6)
+        tensors = extractor(texts, batch_size=batch_size, return_tensors=True)
+        assert [tuple(tensor.shape) for tensor in tensors] == [(1, 5, 32), (1, 1, 32), (1, 0, 32)]
+    with pytest.raises(ValueError, match="At least one input is required"):
+        extractor([])
 
 
 @pytest.mark.parametrize(

@@ -446,3 +446,37 @@ def test_boundaries_that_cannot_fit_max_length_are_refused(max_length):
         tokenizer("a b c", truncation=True, max_length=max_length)
     assert len(tokenizer("a b c", truncation=True, max_length=2)["input_ids"]) == 2
     assert len(tokenizer("a b c", truncation=True, max_length=1, add_special_tokens=False)["input_ids"]) == 1
+
+
+@pytest.mark.parametrize(
+    "add",
+    [
+        pytest.param(lambda tok: tok.add_tokens(["<mask>"]), id="add-tokens"),
+        pytest.param(lambda tok: tok.add_special_tokens({"pad_token": "[PAD]"}), id="pad-token"),
+        pytest.param(lambda tok: tok.add_special_tokens({"additional_special_tokens": ["<x>"]}), id="additional"),
+    ],
+)
+def test_tokens_outside_the_character_vocabulary_cannot_be_added(add):
+    """A new token would get id 262, which no row ever holds and the model cannot embed, while the text it names is
+    still split and encoded by its characters: refused, and the tokenizer is left as it was."""
+    tokenizer = ElmoTokenizer()
+    with pytest.raises(ValueError, match=r"cannot add the tokens .*is_split_into_words=True"):
+        add(tokenizer)
+    assert (len(tokenizer), tokenizer.pad_token, tokenizer.pad_token_id) == (CHAR_VOCAB_SIZE, "<pad>", 0)
+    assert tokenizer.all_special_tokens == ["<S>", "</S>", "<pad>"]
+    with pytest.raises(ValueError, match=r"cannot add the tokens \['<mask>'\]"):
+        ElmoTokenizer(mask_token="<mask>")
+    assert tokenizer.add_special_tokens({"pad_token": "<pad>"}) == tokenizer.add_tokens(["a", "<bow>"]) == 0
+
+
+def test_special_tokens_of_rows_are_found_by_row():
+    """`get_special_tokens_mask` reads rows (as data collators call it), and decoding skips padding and boundary rows,
+    not words that merely spell a special token."""
+    tokenizer = ElmoTokenizer(add_bos_eos=True)
+    sentences = [["<pad>", "a", "</S>x"], ["b"]]
+    encoding = tokenizer(sentences, is_split_into_words=True, padding=True, return_special_tokens_mask=True)
+    for input_ids, expected in zip(encoding["input_ids"], encoding["special_tokens_mask"]):
+        assert tokenizer.get_special_tokens_mask(input_ids, already_has_special_tokens=True) == expected
+        assert tokenizer.get_special_tokens_mask(torch.tensor(input_ids), already_has_special_tokens=True) == expected
+    assert tokenizer.batch_decode(encoding["input_ids"], skip_special_tokens=True) == ["<pad> a </S>x", "b"]
+    assert tokenizer.convert_ids_to_tokens(encoding["input_ids"][1], skip_special_tokens=True) == ["b"]

@@ -193,6 +193,8 @@ class ElmoEmbedder:
             _check_sentence_keys(sentences)
         if not output.parent.is_dir():
             raise ValueError(f"folder {output.parent} of output_file_path does not exist; create it first.")
+        if output.is_dir():  # found before embedding, not when the finished file replaces it
+            raise ValueError(f"output_file_path {output} is a folder; give the path of the HDF5 file to write.")
         arrays = self._embed_sentences([sentence.split() for sentence in sentences], batch_size, output_format)
         descriptor, temporary = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
         os.close(descriptor)

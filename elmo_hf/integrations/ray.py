@@ -104,6 +104,8 @@ class ElmoBatchEmbedder:
                 "fn_constructor_kwargs."
             )
         texts = batch[self.text_column]
+        if isinstance(texts, str):  # it would be read as one text per character
+            raise TypeError(f"column {self.text_column!r} must hold texts (a list or array of str), got one str.")
         if any(not isinstance(text, str) for text in texts):
             kinds = sorted({type(text).__name__ for text in texts if not isinstance(text, str)})
             raise TypeError(f"column {self.text_column!r} must hold str, found {', '.join(kinds)}.")

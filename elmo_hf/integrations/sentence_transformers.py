@@ -80,6 +80,11 @@ class ElmoSentenceModule(InputModule):
         if layers == "learned":
             if mix_weights is not None:
                 raise ValueError("layers='learned' starts from scalar_parameters (pre-softmax), not mix_weights.")
+            if scalar_parameters is not None and len(scalar_parameters) != representations:
+                raise ValueError(
+                    f"layers='learned' needs {representations} scalar_parameters (num_layers + 1 of this model, token "
+                    f"layer first); got {scalar_parameters!r}."
+                )
             self.mix = ElmoScalarMix(representations)
             with torch.no_grad():
                 if scalar_parameters is not None:
