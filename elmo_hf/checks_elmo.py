@@ -14,11 +14,13 @@
 """The checks of `modeling_elmo`'s inputs and arguments: each raises a clear error naming the problem and what to do,
 before a module computes anything with what it cannot read correctly."""
 
+import math
+
 import torch
 from torch import nn
 from transformers.modeling_outputs import ModelOutput
 
-from .configuration_elmo import SCALAR_MIX_LAYER_NORMS, ElmoConfig
+from .configuration_elmo import SCALAR_MIX_LAYER_NORMS, ElmoConfig, _is_number
 from .reference_elmo import LstmState, WordsFirst
 
 
@@ -44,7 +46,7 @@ def check_model_inputs(
         )
     if not isinstance(input_ids, torch.Tensor):
         raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}; use ElmoTokenizer.")
-    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+    if not holds_integers(input_ids):
         raise TypeError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}.")
     # The largest id the rows hold (plain comparisons: torch.compile cannot trace `max` over tuples).
     largest, name = config.char_vocab_size - 1, "character ids"
@@ -76,6 +78,8 @@ def check_model_inputs(
         )
     if not check_values:
         return
+    # Compared in int64: torch cannot reduce or compare uint16..uint64 on CPU (a no-op for the tokenizer's ids).
+    input_ids = input_ids.long()
     for name, ids, size in (
         ("character", input_ids[..., :chars], config.char_vocab_size),
         ("word", input_ids[..., chars:], config.word_embedding_vocab_size),
@@ -98,6 +102,19 @@ def check_model_inputs(
                 "attention_mask marks a word whose character ids are all 0 (a padding row); padding rows must "
                 "have attention_mask 0."
             )
+
+
+def check_unread_arguments(model: nn.Module, kwargs: dict):
+    """Raises for an argument in `model`'s `**kwargs` that it would otherwise drop silently, computing without it:
+    `inputs_embeds`, and the LSTM state of a model that does not run statefully (only `ElmoModel` names it)."""
+    for name in ("inputs_embeds", "lstm_state", "output_lstm_state"):
+        if kwargs.get(name) is None or kwargs.get(name) is False:
+            continue
+        if name == "inputs_embeds":
+            what = "ELMo computes its token vectors from each word's characters; pass input_ids (ElmoTokenizer)"
+        else:
+            what = "only ElmoModel carries the LSTM state from one call to the next (a head starts from zeros)"
+        raise TypeError(f"{type(model).__name__} does not take {name}: {what}.")
 
 
 def initial_lstm_state(
@@ -128,8 +145,14 @@ def initial_lstm_state(
     return tuple(state)
 
 
-def check_mix_arguments(num_representations: int, layer_norm: str | None, fixed_weights: list[float] | None):
-    """Raises a clear error for an `ElmoScalarMix` that cannot be built."""
+def check_mix_arguments(
+    num_representations: int,
+    layer_norm: str | None = None,
+    fixed_weights: list[float] | None = None,
+    l2_coefficient: float = 0.0,
+):
+    """Raises a clear error for an `ElmoScalarMix` that cannot be built, or would mix to NaN or reward uneven
+    weights."""
     if isinstance(num_representations, bool) or not isinstance(num_representations, int) or num_representations < 1:
         raise ValueError(
             f"ElmoScalarMix needs at least one layer to mix, got num_representations={num_representations!r}."
@@ -141,6 +164,16 @@ def check_mix_arguments(num_representations: int, layer_norm: str | None, fixed_
             f"fixed_weights has {len(fixed_weights)} values for {num_representations} layers; give one pre-softmax "
             "scalar per layer."
         )
+    if fixed_weights is not None and (
+        any(math.isnan(weight) or weight == math.inf for weight in fixed_weights)
+        or all(weight == -math.inf for weight in fixed_weights)
+    ):
+        raise ValueError(
+            f"fixed_weights must be pre-softmax numbers whose softmax is defined (no NaN or +inf, not all -inf), "
+            f"got {list(fixed_weights)}."
+        )
+    if not _is_number(l2_coefficient) or l2_coefficient < 0:
+        raise ValueError(f"l2_coefficient must be a finite number >= 0, got {l2_coefficient!r}.")
 
 
 def check_mix_inputs(mix: nn.Module, hidden_states: tuple[torch.Tensor, ...], mask: torch.Tensor | None):
@@ -157,6 +190,10 @@ def check_mix_inputs(mix: nn.Module, hidden_states: tuple[torch.Tensor, ...], ma
     shapes = [tuple(layer.shape) for layer in hidden_states]
     if any(shape != shapes[0] for shape in shapes):
         raise ValueError(f"ElmoScalarMix mixes layers of one shape, got shapes {shapes}.")
+    if mask is not None and not isinstance(mask, torch.Tensor):
+        raise TypeError(
+            f"mask must be a torch.Tensor, got {type(mask).__name__}; pass the tokenizer's attention_mask tensor."
+        )
     if mask is not None and tuple(mask.shape) != tuple(hidden_states[0].shape[:-1]):
         raise ValueError(
             f"mask must have the layers' shape without their last axis, {tuple(hidden_states[0].shape[:-1])} "
@@ -180,12 +217,29 @@ def check_right_padded(mask: torch.Tensor):
         raise ValueError("ElmoForPreTraining needs right-padded batches: every row's words first, then padding.")
 
 
-def check_labels_type(labels: torch.Tensor):
+def holds_integers(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` holds integers (not floats, complex numbers or bools)."""
+    return not (tensor.dtype.is_floating_point or tensor.dtype.is_complex or tensor.dtype == torch.bool)
+
+
+def check_labels_type(labels: torch.Tensor, name: str = "labels"):
     if not isinstance(labels, torch.Tensor):
         raise TypeError(
-            f"labels must be a torch.Tensor, got {type(labels).__name__}; pass torch.tensor(labels) (the data "
+            f"{name} must be a torch.Tensor, got {type(labels).__name__}; pass torch.tensor({name}) (the data "
             "collators return tensors)."
         )
+
+
+def class_ids(labels: torch.Tensor, name: str = "labels") -> torch.Tensor:
+    """`labels` as the int64 ids the cross-entropy reads: any integer dtype (numpy's int32, say) is taken; floats and
+    bools are refused, which the cross-entropy would refuse from deep inside torch."""
+    check_labels_type(labels, name)
+    if not holds_integers(labels):
+        raise TypeError(
+            f"{name} must hold integer class ids, got dtype {labels.dtype}; pass them as torch.long (-100 for "
+            "ignored items)."
+        )
+    return labels.long()
 
 
 def check_label_ids(labels: torch.Tensor, num_labels: int):
@@ -198,7 +252,11 @@ def check_label_ids(labels: torch.Tensor, num_labels: int):
         )
 
 
-def check_sequence_labels(labels: torch.Tensor, batch_size: int, num_labels: int):
+def sequence_labels(labels: torch.Tensor, batch_size: int, config: ElmoConfig) -> torch.Tensor:
+    """Checks a sentence classifier's `labels` against its problem type and returns them as its loss reads them:
+    int64 class ids, or float targets. An unset `config.problem_type` is read as transformers' loss reads it
+    (regression for one label, else single-label for class ids, multi-label for float or bool targets), except
+    that class ids of every integer dtype are single-label: transformers takes only int64 and int32 as class ids."""
     check_labels_type(labels)
     if labels.dim() == 0:
         raise ValueError(
@@ -207,28 +265,44 @@ def check_sequence_labels(labels: torch.Tensor, batch_size: int, num_labels: int
         )
     if labels.shape[0] != batch_size:
         raise ValueError(f"labels has {labels.shape[0]} rows for a batch of {batch_size} sentences.")
-    if labels.dtype.is_floating_point:
-        if labels.dim() == 2 and labels.shape[1] != num_labels:
+    num_labels, problem_type = config.num_labels, config.problem_type
+    if problem_type is None and num_labels > 1 and holds_integers(labels):
+        problem_type = "single_label_classification"
+    if problem_type == "single_label_classification":
+        labels = class_ids(labels)
+        if labels.dim() != 1:
             raise ValueError(
-                f"multi-label labels must have shape (batch_size, num_labels={num_labels}), got "
-                f"{tuple(labels.shape)}."
+                f"class-id labels must have shape (batch_size,), got {tuple(labels.shape)}; multi-label targets "
+                "are floats of shape (batch_size, num_labels)."
             )
-        return
-    if labels.dim() != 1:
-        raise ValueError(f"class-id labels must have shape (batch_size,), got {tuple(labels.shape)}.")
-    check_label_ids(labels, num_labels)
+        check_label_ids(labels, num_labels)
+        return labels
+    if problem_type is None:
+        problem_type = "regression" if num_labels == 1 else "multi_label_classification"
+    shapes = [(batch_size, num_labels)] + ([(batch_size,)] if problem_type == "regression" and num_labels == 1 else [])
+    if tuple(labels.shape) not in shapes:
+        kind = "regression" if problem_type == "regression" else "multi-label"
+        raise ValueError(
+            f"{kind} labels must have shape (batch_size, num_labels) = {shapes[0]}, got {tuple(labels.shape)} "
+            f"(config.problem_type={config.problem_type!r}); class ids (single-label) are integers of shape "
+            "(batch_size,)."
+        )
+    return labels if labels.dtype.is_floating_point else labels.float()
 
 
-def check_pretraining_labels(
+def pretraining_labels(
     labels: torch.Tensor | None, backward_labels: torch.Tensor | None, mask: torch.Tensor, word_vocab_size: int
-):
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checks the pretraining targets and returns them as int64 word ids."""
     expected = (mask.shape[0], mask.shape[1] + 1)
+    checked = []
     for name, value in (("labels", labels), ("backward_labels", backward_labels)):
         if value is None:
             raise ValueError(
                 "ElmoForPreTraining needs both labels (forward targets) and backward_labels, or neither; "
                 "DataCollatorForElmoPreTraining makes both."
             )
+        value = class_ids(value, name)
         if tuple(value.shape) != expected:
             raise ValueError(
                 f"{name} must have shape (batch_size, sequence_length + 1) = {expected}, got {tuple(value.shape)}."
@@ -239,5 +313,8 @@ def check_pretraining_labels(
                 f"{name} holds word id {int(value[~valid][0])}, outside 0..{word_vocab_size - 1} "
                 "(word_vocab_size) and not -100; the vocabulary does not match this model's softmax."
             )
+        checked.append(value)
+    labels, backward_labels = checked
     if not bool(((labels == -100) == (backward_labels == -100)).all()):
         raise ValueError("labels and backward_labels must mark the same positions -100.")
+    return labels, backward_labels

@@ -182,9 +182,9 @@ class ElmoConfig(PreTrainedConfig):
     cell_clip: float | int | None = 3.0
     projection_clip: float | int | None = 3.0
     use_skip_connections: bool = True
-    initializer_range: float = 0.02
+    initializer_range: float | int = 0.02
     freeze_bilm: bool = True
-    scalar_mix_parameters: list[float] | None = None
+    scalar_mix_parameters: list[float | int] | None = None
     scalar_mix_layer_norm: str | None = None
     elmo_dropout: float | int = 0.5
     scalar_mix_l2_coefficient: float | int = 0.0

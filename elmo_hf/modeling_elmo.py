@@ -43,14 +43,15 @@ from transformers.utils import logging
 
 from .checks_elmo import (
     check_label_ids,
-    check_labels_type,
     check_mix_arguments,
     check_mix_inputs,
     check_model_inputs,
-    check_pretraining_labels,
     check_right_padded,
-    check_sequence_labels,
+    check_unread_arguments,
+    class_ids,
     initial_lstm_state,
+    pretraining_labels,
+    sequence_labels,
 )
 from .configuration_elmo import ElmoConfig
 from .kernels_elmo import (
@@ -536,6 +537,7 @@ class ElmoModel(ElmoPreTrainedModel):
                 passed through unchanged, as the original implementations keep them. Without it, each direction
                 skips its step at the far boundary, whose output is dropped (`boundary_layers`).
         """
+        check_unread_arguments(self, kwargs)
         padded = uses_padded_batches(self.config)
         check_model_inputs(self.config, input_ids, attention_mask, not (padded and traced()), model=self)
         input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same
@@ -593,7 +595,7 @@ class ElmoScalarMix(nn.Module):
         l2_coefficient: float = 0.0,
     ):
         super().__init__()
-        check_mix_arguments(num_representations, layer_norm, fixed_weights)
+        check_mix_arguments(num_representations, layer_norm, fixed_weights, l2_coefficient)
         trainable = fixed_weights is None
         self.fixed_weights = fixed_weights
         self.scalar_parameters = nn.Parameter(torch.zeros(num_representations), requires_grad=trainable)
@@ -624,11 +626,13 @@ class ElmoScalarMix(nn.Module):
     @classmethod
     def top_layer(cls, num_representations: int) -> "ElmoScalarMix":
         """The top layer only, as a fixed mix of `num_representations` layers."""
+        check_mix_arguments(num_representations)
         return cls.from_weights([0.0] * (num_representations - 1) + [1.0])
 
     @classmethod
     def average(cls, num_representations: int) -> "ElmoScalarMix":
         """The plain average of `num_representations` layers, as a fixed mix."""
+        check_mix_arguments(num_representations)
         return cls.from_weights([1.0 / num_representations] * num_representations)
 
     def reset_parameters(self):
@@ -789,7 +793,7 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
             layers = self.elmo(
                 input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True
             ).hidden_states
-        mask = word_mask(input_ids, attention_mask)
+        mask = word_mask(input_ids.long(), attention_mask)  # checked by the biLM; torch cannot compare uint16..uint64
         features = self.scalar_mix(layers, mask)
         if self.task_encoder is not None:
             features = self.task_encoder(features, mask)
@@ -854,11 +858,12 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
             output_hidden_states (`bool`, *optional*):
                 Return the biLM's `num_layers + 1` layers.
         """
+        check_unread_arguments(self, kwargs)
         features, mask, hidden_states = self._elmo_features(input_ids, attention_mask, output_hidden_states)
         logits = self.classifier(features)
         loss = None
         if labels is not None:
-            check_labels_type(labels)
+            labels = class_ids(labels)
             if tuple(labels.shape) != tuple(mask.shape):
                 raise ValueError(
                     f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
@@ -903,6 +908,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
             output_hidden_states (`bool`, *optional*):
                 Return the biLM's `num_layers + 1` layers.
         """
+        check_unread_arguments(self, kwargs)
         features, mask, hidden_states = self._elmo_features(input_ids, attention_mask, output_hidden_states)
         # A text without words pools to zeros, so its logits are the classifier's bias, alone or in any batch.
         keep = mask.unsqueeze(-1)
@@ -914,7 +920,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
         logits = self.classifier(torch.cat([mean, maximum], dim=-1))
         loss = None
         if labels is not None:
-            check_sequence_labels(labels, mask.shape[0], self.config.num_labels)
+            labels = sequence_labels(labels, mask.shape[0], self.config)
             loss = self.loss_function(labels, logits, self.config, **kwargs)
             num_items_in_batch = kwargs.get("num_items_in_batch")
             if self.config.problem_type != "single_label_classification" and num_items_in_batch is not None:
@@ -1050,6 +1056,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 Predictions per direction over all batches of an optimizer step (Trainer passes it), so the loss is
                 their mean however the step is split into batches or processes.
         """
+        check_unread_arguments(self, kwargs)
         check_model_inputs(self.config, input_ids, attention_mask, model=self)
         input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same, as in ElmoModel
         mask = word_mask(input_ids, attention_mask)
@@ -1067,7 +1074,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 backward_logits=self.softmax(backward_outputs),
                 hidden_states=hidden_states,
             )
-        check_pretraining_labels(labels, backward_labels, mask, self.config.word_vocab_size)
+        labels, backward_labels = pretraining_labels(labels, backward_labels, mask, self.config.word_vocab_size)
         predicted = labels != -100
         sample = None
         if self.training and self.config.softmax_type == "sampled":

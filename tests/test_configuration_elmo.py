@@ -150,3 +150,17 @@ def test_valid_overrides_still_load(base_folder):
     )
     assert model.config.elmo_dropout == 0.0 and model.config.cell_clip == 2 and model.config.task_lstm_dim == 3
     assert model.scalar_mix.layer_norm == "token"
+
+
+def test_integers_are_accepted_where_a_field_takes_numbers(base_folder):
+    """`scalar_mix_parameters=[0, 0, 1]` (the example of `ElmoScalarMix`'s docstring) and `initializer_range=0` were
+    refused by the dataclass's types (list[float], float) with an error that is not a ValueError, although the
+    fields' rules take any finite numbers, as `elmo_dropout` and the clips do."""
+    config = tiny_config(scalar_mix_parameters=[0, 0, 1], initializer_range=0)
+    assert config.scalar_mix_parameters == [0, 0, 1] and config.initializer_range == 0
+    config.scalar_mix_parameters = [1, 0.5, 0]
+    config.update({"scalar_mix_parameters": [0, 1, 0], "initializer_range": 1})
+    loaded = ElmoConfig.from_pretrained(base_folder, scalar_mix_parameters=[2, 0, 0])
+    assert loaded.scalar_mix_parameters == [2, 0, 0]
+    model = ElmoForSequenceClassification(config)
+    assert model.scalar_mix.weights().argmax() == 1 and not model.scalar_mix.scalar_parameters.requires_grad

@@ -151,7 +151,11 @@ def test_auto_classes_load_the_heads(tmp_path):
         ("single", torch.tensor([0, 3]), "labels hold id 3, outside 0..2"),
         ("single", torch.tensor([0]), "labels has 1 rows for a batch of 2 sentences"),
         ("single", torch.zeros(2, 3, dtype=torch.long), r"class-id labels must have shape \(batch_size,\)"),
-        ("multi", torch.zeros(2, 2), r"multi-label labels must have shape \(batch_size, num_labels=3\)"),
+        (
+            "multi",
+            torch.zeros(2, 2),
+            r"multi-label labels must have shape \(batch_size, num_labels\) = \(2, 3\), got \(2, 2\)",
+        ),
     ],
 )
 def test_bad_labels(name, labels, message, inputs):

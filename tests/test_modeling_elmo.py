@@ -1,11 +1,21 @@
 """ElmoModel: shapes, padding, statefulness, gradients, save/load, and every bad input."""
 
+import math
+
 import pytest
 import torch
 from conftest import encode, tiny_config
 from torch import nn
 
-from elmo_hf import ElmoConfig, ElmoModel, modeling_elmo
+from elmo_hf import (
+    ElmoConfig,
+    ElmoForPreTraining,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoScalarMix,
+    modeling_elmo,
+)
 from elmo_hf.modeling_elmo import ElmoLstmCellWithProjection
 from elmo_hf.reference_elmo import SequenceBatch
 
@@ -322,3 +332,47 @@ def test_config_hidden_size_and_aliases():
     config = ElmoConfig()
     assert config.hidden_size == 1024 and config.num_filters == 2048
     assert config.vocab_size == 262 and config.num_hidden_layers == 2
+
+
+def test_arguments_a_model_does_not_read_are_refused_not_dropped(tiny_model, tokenizer):
+    """`**kwargs` dropped them silently: a head given a previous call's `lstm_state` ran from zero states, and
+    `inputs_embeds` beside `input_ids` were never read."""
+    inputs = encode(tokenizer, SENTENCES)
+    with torch.no_grad():
+        state = tiny_model(**inputs, output_lstm_state=True).lstm_state
+    embeddings = torch.zeros(3, 6, tiny_model.config.projection_dim)
+    with pytest.raises(TypeError, match="ElmoModel does not take inputs_embeds: .* pass input_ids"):
+        tiny_model(**inputs, inputs_embeds=embeddings)
+    torch.manual_seed(0)
+    models = [
+        ElmoForTokenClassification(tiny_config(num_labels=2)),
+        ElmoForSequenceClassification(tiny_config(num_labels=2)),
+        ElmoForPreTraining(tiny_config(word_vocab_size=5)),
+    ]
+    for model in models:
+        for name, value in (("lstm_state", state), ("output_lstm_state", True), ("inputs_embeds", embeddings)):
+            with pytest.raises(TypeError, match=f"{type(model).__name__} does not take {name}"):
+                model(**inputs, **{name: value})
+        model(**inputs, lstm_state=None, output_lstm_state=False)  # the defaults say nothing
+
+
+def test_scalar_mix_arguments_that_would_mix_wrongly_are_refused(tiny_model, tokenizer):
+    """A NaN or +inf fixed weight made every mixed vector NaN, a negative `l2_coefficient` rewarded uneven weights,
+    `top_layer(0)` built a one-layer mix and `average(0)` divided by zero, and a mask given as a list failed inside
+    the check; the config refuses the same values for the heads' mixes."""
+    for weights in ([0.0, math.nan, 1.0], [0.0, math.inf, 1.0], [-math.inf] * 3):
+        with pytest.raises(ValueError, match="fixed_weights must be pre-softmax numbers"):
+            ElmoScalarMix(3, fixed_weights=weights)
+    for coefficient in (-1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="l2_coefficient must be a finite number >= 0"):
+            ElmoScalarMix(3, l2_coefficient=coefficient)
+    for build in (ElmoScalarMix.top_layer, ElmoScalarMix.average):
+        with pytest.raises(ValueError, match="needs at least one layer to mix, got num_representations=0"):
+            build(0)
+    inputs = encode(tokenizer, SENTENCES)
+    with torch.no_grad():
+        layers = tiny_model(**inputs, output_hidden_states=True).hidden_states
+    with pytest.raises(TypeError, match="mask must be a torch.Tensor, got list"):
+        ElmoScalarMix(3)(layers, inputs["attention_mask"].tolist())
+    dropped = ElmoScalarMix.from_weights([0.0, 0.0, 1.0])  # -inf pre-softmax weights drop layers
+    torch.testing.assert_close(dropped(layers), layers[-1], atol=0, rtol=0)
