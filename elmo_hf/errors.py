@@ -17,6 +17,7 @@ the checks of input that the commands and the library functions under them share
 Not part of the model core: these never travel with a saved folder.
 """
 
+import numbers
 import os
 
 from huggingface_hub.errors import StrictDataclassError
@@ -36,12 +37,23 @@ class ElmoRunError(RuntimeError):
     and exits with status 1; what was completed is kept, as the message says."""
 
 
+def is_whole(value: object) -> bool:
+    """Whether `value` is an integer (numpy's included), not a bool, a float or a str."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_positive_integer(name: str, value: object, error: type[ElmoInputError] = ElmoInputError) -> None:
+    """Raises `error` naming option `--name` unless `value` is a positive integer (not a bool, a float or None)."""
+    if not is_whole(value) or value < 1:
+        raise error(f"--{name} must be a positive integer, got {value!r}.")
+
+
 def check_threads(threads: int | None, error: type[ElmoInputError] = ElmoInputError) -> None:
     """Raises `error` (the caller's `ElmoInputError`) unless `threads`, torch's CPU threads (None: torch's choice), is
     a positive integer of at most `THREADS_PER_CPU` x this machine's CPUs; checked before torch is touched."""
     if threads is None:
         return
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+    if not is_whole(threads) or threads < 1:
         raise error(f"--threads {threads}: must be a positive integer.")
     cpus = os.cpu_count() or 1
     if threads > THREADS_PER_CPU * cpus:
@@ -59,4 +71,11 @@ def config_error_message(error: Exception) -> str:
     return str(error)
 
 
-__all__ = ["ElmoInputError", "ElmoRunError", "check_threads", "config_error_message"]
+__all__ = [
+    "ElmoInputError",
+    "ElmoRunError",
+    "check_positive_integer",
+    "check_threads",
+    "config_error_message",
+    "is_whole",
+]

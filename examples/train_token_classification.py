@@ -55,8 +55,10 @@ def read_brown(folder: Path) -> dict[str, list[Sentence]]:
         raise SystemExit(f"error: no Brown files (ca01 ... cr09) in {folder}")
     for path in files:
         split = {"0": "test", "9": "dev"}.get(path.name[-1], "train")
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             pairs = [pair.rsplit("/", 1) for pair in line.split()]
+            if any(len(pair) != 2 for pair in pairs):
+                raise SystemExit(f"error: {path}, line {number}: every word must be word/tag, got {line.strip()!r}")
             if pairs:
                 splits[split].append(([word for word, _ in pairs], [brown_base_tag(tag) for _, tag in pairs]))
     return splits
@@ -65,9 +67,12 @@ def read_brown(folder: Path) -> dict[str, list[Sentence]]:
 def read_conll(path: Path) -> dict[str, list[Sentence]]:
     """`token<TAB>tag` lines, blank between sentences; the last 20% are test, the 10% before them dev."""
     sentences, words, tags = [], [], []
-    for line in path.read_text(encoding="utf-8").splitlines() + [""]:
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines() + [""], start=1):
         if line.strip():
-            word, tag = line.rstrip("\n").split("\t")
+            fields = line.split("\t")
+            if len(fields) != 2:
+                raise SystemExit(f"error: {path}, line {number}: expected token<TAB>tag, got {line!r}")
+            word, tag = fields
             words.append(word)
             tags.append(tag)
         elif words:
@@ -75,6 +80,16 @@ def read_conll(path: Path) -> dict[str, list[Sentence]]:
             words, tags = [], []
     test_start, dev_start = int(0.8 * len(sentences)), int(0.7 * len(sentences))
     return {"train": sentences[:dev_start], "dev": sentences[dev_start:test_start], "test": sentences[test_start:]}
+
+
+def check_splits(splits: dict[str, list[Sentence]], eval_splits: list[str]) -> None:
+    """Refuses a split to train or evaluate on that holds no sentences (a small file, a Brown folder without files
+    ending in 9 or 0), which Trainer would fail on deep inside."""
+    for split in ["train", *eval_splits]:
+        if not splits[split]:
+            others = " ".join(name for name in eval_splits if name != split)
+            remedy = f"give more data, or leave it out: --eval-splits {others}" if split != "train" and others else ""
+            raise SystemExit(f"error: the {split} split holds no sentences; {remedy or 'give more data'}")
 
 
 def entity_spans(tags: list[str]) -> set[tuple[int, int, str]]:
@@ -151,8 +166,9 @@ def main() -> int:
     torch.manual_seed(args.seed)
 
     splits = read_brown(args.path) if args.dataset == "brown" else read_conll(args.path)
-    if args.max_train_sentences:
+    if args.max_train_sentences is not None:
         splits["train"] = splits["train"][: args.max_train_sentences]
+    check_splits(splits, args.eval_splits)
     labels = sorted({tag for sentences in splits.values() for _, tags in sentences for tag in tags})
     id2label, label2id = dict(enumerate(labels)), {tag: index for index, tag in enumerate(labels)}
     bio = all(tag == "O" or tag[:2] in ("B-", "I-") for tag in labels)

@@ -262,6 +262,19 @@ def test_bad_pretrain_options_are_one_error_line_and_write_nothing(options, mess
     assert not output.exists()
 
 
+@pytest.mark.parametrize(
+    "options", [{"batch_size": "4"}, {"batch_size": None}, {"batch_size": 4.0}, {"seed": True}, {"max_steps": 1.5}]
+)
+def test_pretrain_from_python_refuses_options_of_another_type(options, corpus, tmp_path):
+    """A value of another type than the option's (a str, None, a float or a bool for an integer) is refused like a
+    bad value, naming the option; `pretrain` raised a bare TypeError from inside its rules, or ran with a float."""
+    name = next(iter(options))
+    with pytest.raises(PreTrainingError, match=f"--{name.replace('_', '-')} .*: must be "):
+        pretrain([corpus], tmp_path / "out", lstm_dim=8, projection_dim=4, filters=[[1, 4]], progress=False,
+                 **{"max_steps": 1, **options})
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("problem", ["--batch-size 0", "--threads 0", "non-UTF-8 vocab", "unwritable --json"])
 def test_bad_perplexity_options_are_one_error_line(problem, corpus, tmp_path, capsys):
     """Issue 23 item 12 (perplexity)."""

@@ -239,6 +239,11 @@ def export_onnx(
             f"{model} is a model packaged with elmo-hf, inside the installed package, which an export must not "
             "change; pass --output FOLDER to write model.onnx there."
         )
+    if destination.exists() and not destination.is_file():  # the finished file is renamed over it
+        raise OnnxExportError(
+            f"{destination} is a folder (or not a regular file), which the export cannot replace; move it away or "
+            "give another --output."
+        )
     if destination.exists() and not overwrite:
         raise OnnxExportError(f"{destination} exists; pass --overwrite to replace it.")
     check_folder_path(destination.parent, OnnxExportError)

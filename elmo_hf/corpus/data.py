@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import IterableDataset
 
-from ..errors import ElmoInputError
+from ..errors import ElmoInputError, is_whole
 from ..tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, ElmoTokenizer
 
 UNKNOWN_WORD = "<UNK>"
@@ -73,9 +73,10 @@ def read_sentences(path: str | os.PathLike, errors: str = "strict") -> Iterator[
                 yield words
 
 
-def check_corpus(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """The corpus files as paths; raises a `CorpusError` for none given, a missing file or an empty one."""
-    paths = [Path(path) for path in paths]
+def check_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]:
+    """The corpus files as paths (one path alone is one file, not a sequence of one-letter names); raises a
+    `CorpusError` for none given, a missing file or an empty one."""
+    paths = [Path(paths)] if isinstance(paths, (str, os.PathLike)) else [Path(path) for path in paths]
     if not paths:
         raise CorpusError("no corpus files given.")
     for path in paths:
@@ -121,7 +122,7 @@ class ElmoWordVocabulary:
     @classmethod
     def build(
         cls,
-        paths: Iterable[str | os.PathLike],
+        paths: Iterable[str | os.PathLike] | str | os.PathLike,
         max_size: int | None = None,
         min_count: int = 1,
         errors: str = "strict",
@@ -156,7 +157,8 @@ class ElmoWordVocabulary:
         if not path.is_file():
             raise CorpusError(f"vocabulary file not found: {path}")
         try:
-            return cls(path.read_text(encoding="utf-8").split("\n")[:-1])
+            # One word a line (the last one with or without its newline), after any byte-order mark an editor wrote.
+            return cls(path.read_text(encoding="utf-8-sig").removesuffix("\n").split("\n"))
         except UnicodeDecodeError as error:
             raise CorpusError(
                 f"vocabulary file {path}: bytes at {error.start} are not UTF-8; a vocab.txt is UTF-8, one word a line."
@@ -167,7 +169,7 @@ class ElmoTextDataset(IterableDataset):
     """Sentences streamed from text files, never all in memory, as `{"words": [...]}`; for corpora larger than
     memory. Iterates the files in order; each pass reads them again."""
 
-    def __init__(self, paths: Iterable[str | os.PathLike], errors: str = "strict"):
+    def __init__(self, paths: Iterable[str | os.PathLike] | str | os.PathLike, errors: str = "strict"):
         self.paths = check_corpus(paths)
         self.errors = errors
 
@@ -177,7 +179,9 @@ class ElmoTextDataset(IterableDataset):
                 yield {"words": words}
 
 
-def load_sentences(paths: Iterable[str | os.PathLike], errors: str = "strict") -> list[dict[str, list[str]]]:
+def load_sentences(
+    paths: Iterable[str | os.PathLike] | str | os.PathLike, errors: str = "strict"
+) -> list[dict[str, list[str]]]:
     """All sentences of the text files in memory as `{"words": [...]}` (a map-style dataset Trainer shuffles)."""
     sentences = [{"words": words} for path in check_corpus(paths) for words in read_sentences(path, errors)]
     if not sentences:
@@ -201,8 +205,13 @@ class DataCollatorForElmoPreTraining:
     """
 
     def __init__(self, vocabulary: ElmoWordVocabulary, tokenizer: ElmoTokenizer | None = None, max_words: int = 100):
-        if max_words < 1:
-            raise ValueError(f"max_words must be positive, got {max_words}.")
+        if not isinstance(vocabulary, ElmoWordVocabulary):
+            raise TypeError(
+                "vocabulary must be an ElmoWordVocabulary (ElmoWordVocabulary(words), ElmoWordVocabulary.build(paths) "
+                f"or ElmoWordVocabulary.load(folder)), got {type(vocabulary).__name__}."
+            )
+        if not is_whole(max_words) or max_words < 1:
+            raise ValueError(f"max_words must be a positive integer, got {max_words!r}.")
         if tokenizer is not None and not isinstance(tokenizer, ElmoTokenizer):
             raise TypeError(
                 f"tokenizer must be the model's ElmoTokenizer (ElmoTokenizer.from_pretrained(folder)), got "
@@ -212,12 +221,39 @@ class DataCollatorForElmoPreTraining:
         self.tokenizer = ElmoTokenizer() if tokenizer is None else tokenizer
         self.max_words = max_words
 
+    @staticmethod
+    def words_of(feature: dict, index: int) -> list[str]:
+        """The words of example `index` of a batch: its `"words"`, or its `"text"` split at whitespace. Anything else
+        is refused, a string as `"words"` above all: it would be read as one-letter words."""
+        try:
+            has_words = "words" in feature
+            words = feature["words"] if has_words else feature["text"]
+        except (KeyError, TypeError):
+            found = f"keys {list(feature)}" if isinstance(feature, dict) else f"a {type(feature).__name__}"
+            raise ValueError(
+                f"pretraining example {index} has neither 'words' (a list of words) nor 'text' (a str), got {found}; "
+                "with Trainer and a datasets.Dataset, pass TrainingArguments(remove_unused_columns=False), since "
+                "Trainer drops the columns that the model's forward does not name."
+            ) from None
+        if not has_words:
+            if not isinstance(words, str):
+                raise TypeError(
+                    f"'text' of pretraining example {index} must be a str, got {type(words).__name__}; give a list "
+                    "of words as 'words'."
+                )
+            return words.split()
+        if isinstance(words, (str, bytes)) or not isinstance(words, Iterable):
+            raise TypeError(
+                f"'words' of pretraining example {index} must be a list of words, got {type(words).__name__}; give "
+                "a sentence as one string as 'text', which is split at whitespace."
+            )
+        return list(words)
+
     def sentences(self, features: list[dict]) -> list[list[str]]:
         """The batch's rows: every feature's words, split into pieces of at most `max_words`."""
         rows = []
-        for feature in features:
-            words = feature["words"] if "words" in feature else feature["text"].split()
-            rows.extend(split_long(list(words), self.max_words))
+        for index, feature in enumerate(features):
+            rows.extend(split_long(self.words_of(feature, index), self.max_words))
         return rows
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:

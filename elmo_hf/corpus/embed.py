@@ -45,8 +45,10 @@ import fcntl
 import functools
 import glob
 import hashlib
+import io
 import json
 import math
+import numbers
 import os
 import queue
 import shutil
@@ -63,7 +65,7 @@ import numpy as np
 import torch
 
 from ..conversion.convert import check_output_file
-from ..errors import ElmoInputError, ElmoRunError, check_threads
+from ..errors import ElmoInputError, ElmoRunError, check_positive_integer, check_threads
 from ..packaged_elmo import DEFAULT_MODEL, resolve_model_name
 from .data import DECODING_ERRORS, decode_line
 
@@ -877,6 +879,8 @@ def merge_shards(output: str | os.PathLike, world_size: int | None = None, overw
     OUTPUT, then removes them; returns the number of shards. Refuses (EmbedError) a missing, unreadable or foreign
     shard, naming the rank to rerun; raises EmbedRunError when OUTPUT cannot be written (the shards are kept)."""
     output = Path(output)
+    if world_size is not None:
+        check_positive_integer("world-size", world_size, EmbedError)
     check_output_file(output, [], EmbedError)
     if output.exists() and not overwrite:
         raise EmbedError(f"{output} exists; pass --overwrite to replace it.")
@@ -1051,11 +1055,12 @@ def check_options(
         raise EmbedError("--layers mix needs --mix-weights w0,w1,... (one weight per layer, summing to 1).")
     if layers != "mix" and (mix_weights is not None or gamma != 1.0):
         raise EmbedError("--mix-weights and --gamma apply to --layers mix only.")
-    if not math.isfinite(gamma):
-        raise EmbedError(f"--gamma must be a finite number, got {gamma}.")
-    for name, value in (("batch-size", batch_size), ("max-tokens", max_tokens), ("part-size", part_size)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise EmbedError(f"--{name} must be a positive integer, got {value!r}.")
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not math.isfinite(gamma):
+        raise EmbedError(f"--gamma must be a finite number, got {gamma!r}.")
+    for name, value in (("batch-size", batch_size), ("part-size", part_size)):
+        check_positive_integer(name, value, EmbedError)
+    if max_tokens is not None:  # None: no limit
+        check_positive_integer("max-tokens", max_tokens, EmbedError)
     check_threads(threads, EmbedError)
 
 
@@ -1212,6 +1217,11 @@ def embed_corpus(
     if source == "-":
         source = sys.stdin
     source = getattr(source, "buffer", source)  # the bytes under a text stream: lines are decoded here
+    if isinstance(source, io.TextIOBase):
+        raise EmbedError(
+            f"the input is a {type(source).__name__}, text without bytes under it, and lines are read as UTF-8 "
+            "bytes; give a file, a binary stream, or the text encoded: io.BytesIO(text.encode())."
+        )
     path = None if hasattr(source, "read") else Path(source)
     if path is None and world_size > 1:
         raise EmbedError(

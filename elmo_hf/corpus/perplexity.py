@@ -32,7 +32,7 @@ from ..conversion.convert import (
     load_model_weights,
     read_config,
 )
-from ..errors import check_threads
+from ..errors import check_positive_integer, check_threads
 from ..modeling_elmo import ElmoForPreTraining
 from ..packaged_elmo import resolve_model_name
 from .data import (
@@ -80,7 +80,7 @@ def load_pretraining_model(
 
 def corpus_perplexity(
     model: str | os.PathLike,
-    text: Sequence[str | os.PathLike],
+    text: Sequence[str | os.PathLike] | str | os.PathLike,
     *,
     vocab: str | os.PathLike | None = None,
     batch_size: int = 32,
@@ -97,14 +97,13 @@ def corpus_perplexity(
     where `json_output` cannot be written.
     """
     for name, value in (("batch-size", batch_size), ("max-words", max_words)):
-        if value is not None and value < 1:
-            raise PreTrainingError(f"--{name} {value}: must be a positive integer.")
+        check_positive_integer(name, value, PreTrainingError)
     check_threads(threads, PreTrainingError)
     if errors not in DECODING_ERRORS:
         raise PreTrainingError(f"--errors {errors!r}: must be one of {', '.join(DECODING_ERRORS)}.")
-    json_output = json_output and Path(json_output)
+    json_output = None if json_output is None else Path(json_output)
     if json_output is not None:
-        existing = next(folder for folder in json_output.parents if folder.exists())
+        existing = next(folder for folder in json_output.absolute().parents if folder.exists())
         if json_output.is_dir() or not existing.is_dir():
             raise PreTrainingError(f"--json {json_output} cannot be written: give a file path in a folder.")
         if not os.access(existing, os.W_OK | os.X_OK):

@@ -48,9 +48,9 @@ from transformers.training_args import OptimizerNames
 from transformers.utils import logging
 
 from ..configuration_elmo import ElmoConfig
-from ..conversion.convert import load_model_weights, read_config
 from ..conversion.convert import _respect_umask as respect_umask
-from ..errors import ElmoInputError, ElmoRunError, check_threads, config_error_message
+from ..conversion.convert import load_model_weights, read_config
+from ..errors import ElmoInputError, ElmoRunError, check_threads, config_error_message, is_whole
 from ..modeling_elmo import ElmoForPreTraining, ElmoForPreTrainingOutput
 from ..packaged_elmo import resolve_model_name
 from ..tokenization_elmo import ElmoTokenizer
@@ -388,23 +388,23 @@ def check_architecture(checkpoint: Path, config: ElmoConfig) -> None:
 def check_options(values: dict) -> None:
     """Raises a `PreTrainingError` naming the first option whose value cannot be used."""
     rules = [
-        ("batch_size", "a positive integer", lambda v: v >= 1),
-        ("gradient_accumulation_steps", "a positive integer", lambda v: v >= 1),
-        ("max_words", "a positive integer", lambda v: v >= 1),
-        ("min_count", "a positive integer", lambda v: v >= 1),
-        ("vocab_size", "an integer above 3 (the special words take 3)", lambda v: v is None or v > 3),
-        ("num_samples", "a positive integer", lambda v: v >= 1),
+        ("batch_size", "a positive integer", lambda v: is_whole(v) and v >= 1),
+        ("gradient_accumulation_steps", "a positive integer", lambda v: is_whole(v) and v >= 1),
+        ("max_words", "a positive integer", lambda v: is_whole(v) and v >= 1),
+        ("min_count", "a positive integer", lambda v: is_whole(v) and v >= 1),
+        ("vocab_size", "an integer above 3 (the special words take 3)", lambda v: v is None or is_whole(v) and v > 3),
+        ("num_samples", "a positive integer", lambda v: is_whole(v) and v >= 1),
         ("dropout", "in [0, 1)", lambda v: 0 <= v < 1),
         ("learning_rate", "finite and not negative", lambda v: math.isfinite(v) and v >= 0),
         ("max_grad_norm", "finite and not negative", lambda v: math.isfinite(v) and v >= 0),
-        ("warmup_steps", "an integer not negative", lambda v: v >= 0),
+        ("warmup_steps", "an integer not negative", lambda v: is_whole(v) and v >= 0),
         ("epochs", "finite and positive", lambda v: math.isfinite(v) and v > 0),
-        ("max_steps", "a positive integer, or -1 for --epochs", lambda v: v == -1 or v >= 1),
-        ("eval_steps", "an integer not negative (0: at the end only)", lambda v: v >= 0),
-        ("save_steps", "a positive integer", lambda v: v >= 1),
-        ("save_total_limit", "a positive integer", lambda v: v is None or v >= 1),
-        ("logging_steps", "a positive integer", lambda v: v >= 1),
-        ("seed", "an integer in [0, 2**32 - 1] (numpy's seeds)", lambda v: 0 <= v < 2**32),
+        ("max_steps", "a positive integer, or -1 for --epochs", lambda v: is_whole(v) and (v == -1 or v >= 1)),
+        ("eval_steps", "an integer not negative (0: at the end only)", lambda v: is_whole(v) and v >= 0),
+        ("save_steps", "a positive integer", lambda v: is_whole(v) and v >= 1),
+        ("save_total_limit", "a positive integer", lambda v: v is None or is_whole(v) and v >= 1),
+        ("logging_steps", "a positive integer", lambda v: is_whole(v) and v >= 1),
+        ("seed", "an integer in [0, 2**32 - 1] (numpy's seeds)", lambda v: is_whole(v) and 0 <= v < 2**32),
         ("errors", f"one of {', '.join(DECODING_ERRORS)}", lambda v: v in DECODING_ERRORS),
         ("softmax", "full or sampled", lambda v: v in ("full", "sampled")),
         ("architecture", f"one of {', '.join(PRESETS)}", lambda v: v is None or v in PRESETS),
@@ -412,7 +412,11 @@ def check_options(values: dict) -> None:
         ("lr_scheduler", f"one of {', '.join(SCHEDULERS)}", lambda v: v in SCHEDULERS),
     ]
     for name, rule, holds in rules:
-        if not holds(values[name]):
+        try:
+            valid = holds(values[name])
+        except TypeError:  # a value of another type ("4" or None for a number)
+            valid = False
+        if not valid:
             raise PreTrainingError(f"--{name.replace('_', '-')} {values[name]!r}: must be {rule}.")
     check_threads(values["threads"], PreTrainingError)
     if values["warmup_steps"] and values["lr_scheduler"] in SCHEDULERS_WITHOUT_WARMUP:
@@ -531,7 +535,7 @@ class OutputFolder:
 
 
 def pretrain(
-    train: Sequence[str | os.PathLike],
+    train: Sequence[str | os.PathLike] | str | os.PathLike,
     output: str | os.PathLike,
     *,
     validation: str | os.PathLike | None = None,
