@@ -106,15 +106,39 @@ def check_model_inputs(
 
 def check_unread_arguments(model: nn.Module, kwargs: dict):
     """Raises for an argument in `model`'s `**kwargs` that it would otherwise drop silently, computing without it:
-    `inputs_embeds`, and the LSTM state of a model that does not run statefully (only `ElmoModel` names it)."""
-    for name in ("inputs_embeds", "lstm_state", "output_lstm_state"):
+    `inputs_embeds`, the LSTM state of a model that does not run statefully (only `ElmoModel` names it), and targets
+    given as `label` or `label_ids` (a model computing no loss then)."""
+    for name in ("inputs_embeds", "lstm_state", "output_lstm_state", "label", "label_ids"):
         if kwargs.get(name) is None or kwargs.get(name) is False:
             continue
         if name == "inputs_embeds":
             what = "ELMo computes its token vectors from each word's characters; pass input_ids (ElmoTokenizer)"
+        elif name.startswith("label"):
+            what = "pass the targets as labels= (transformers' data collators rename label and label_ids so)"
         else:
             what = "only ElmoModel carries the LSTM state from one call to the next (a head starts from zeros)"
         raise TypeError(f"{type(model).__name__} does not take {name}: {what}.")
+
+
+def check_bilm_trainable(model: nn.Module):
+    """Raises where a task head's `config.freeze_bilm` and its biLM's parameters disagree in a forward that records
+    gradients: the flag freezes the parameters only when the head is built or loaded, and the head runs a frozen biLM
+    without gradients, so either the flag set later would be ignored silently or trainable parameters of the biLM
+    (adapters, weights unfrozen by hand) would never learn."""
+    trainable = any(parameter.requires_grad for parameter in model.elmo.parameters())
+    if trainable != model.config.freeze_bilm:
+        return
+    if model.config.freeze_bilm:
+        raise ValueError(
+            "config.freeze_bilm is True, so the head runs its biLM without gradients, but some of the biLM's "
+            "parameters are trainable (adapters, or weights unfrozen by hand) and would never learn; set "
+            "model.config.freeze_bilm = False to train them, or freeze them."
+        )
+    raise ValueError(
+        "config.freeze_bilm is False, but every parameter of the biLM is frozen (the flag freezes or unfreezes them "
+        "when the head is built or loaded); load the head with from_pretrained(..., freeze_bilm=False), or call "
+        "model.elmo.requires_grad_(True) before building the optimizer."
+    )
 
 
 def initial_lstm_state(

@@ -38,10 +38,11 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
-from transformers.utils.generic import can_return_tuple
 from transformers.utils import logging
+from transformers.utils.generic import can_return_tuple
 
 from .checks_elmo import (
+    check_bilm_trainable,
     check_label_ids,
     check_mix_arguments,
     check_mix_inputs,
@@ -789,6 +790,8 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """Runs the biLM once and every mix: (features, word mask, the biLM layers if `output_hidden_states` (default
         `config.output_hidden_states`) else `None`)."""
+        if torch.is_grad_enabled():
+            check_bilm_trainable(self)
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.config.freeze_bilm):
             layers = self.elmo(
                 input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True

@@ -170,6 +170,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
             Whether raw text is also split at punctuation (see above), or at whitespace only.
         add_bos_eos (`bool`, *optional*, defaults to `False`):
             Whether to add the `<S>` and `</S>` rows, for models that do not add them themselves (bilm-tf style).
+            elmo-hf's models add them, so leave it off for them: with it, per-word labels must be aligned with
+            `word_ids()` (the boundaries' rows take -100), or each label lands one row early.
     """
 
     model_input_names = ["input_ids", "attention_mask"]

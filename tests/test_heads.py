@@ -92,6 +92,24 @@ def test_unfrozen_bilm_gets_gradients(inputs):
     assert model.elmo.bilm.layers[0].forward_cell.hidden_to_gates.weight.grad.abs().sum() > 0
 
 
+def test_freeze_bilm_that_disagrees_with_the_bilms_parameters_is_an_error_when_training(inputs):
+    """The flag freezes the biLM when a head is built or loaded: set to False afterwards it left every biLM weight
+    frozen and the training step silently trained the head alone; set to True over trainable biLM parameters, these
+    would never learn. A forward without gradients (evaluation, inference) is not concerned."""
+    model, labels = build("token")
+    model.config.freeze_bilm = False
+    with pytest.raises(ValueError, match="freeze_bilm is False, but every parameter of the biLM is frozen"):
+        model(**inputs, labels=labels)
+    with torch.no_grad():
+        model(**inputs, labels=labels)
+    model.elmo.requires_grad_(True)
+    model(**inputs, labels=labels).loss.backward()
+    assert model.elmo.token_encoder.char_embeddings.weight.grad.abs().sum() > 0
+    model.config.freeze_bilm = True
+    with pytest.raises(ValueError, match="freeze_bilm is True, .* would never learn"):
+        model(**inputs, labels=labels)
+
+
 def test_two_mixes_share_one_bilm_run(inputs):
     model, _ = build("token+lstm+mix")
     calls = []

@@ -350,7 +350,11 @@ def test_arguments_a_model_does_not_read_are_refused_not_dropped(tiny_model, tok
         ElmoForPreTraining(tiny_config(word_vocab_size=5)),
     ]
     for model in models:
-        for name, value in (("lstm_state", state), ("output_lstm_state", True), ("inputs_embeds", embeddings)):
+        arguments = (
+            ("lstm_state", state), ("output_lstm_state", True), ("inputs_embeds", embeddings),
+            ("label", torch.zeros(3, dtype=torch.long)), ("label_ids", torch.zeros(3, dtype=torch.long)),
+        )
+        for name, value in arguments:
             with pytest.raises(TypeError, match=f"{type(model).__name__} does not take {name}"):
                 model(**inputs, **{name: value})
         model(**inputs, lstm_state=None, output_lstm_state=False)  # the defaults say nothing
