@@ -36,9 +36,12 @@ def packaged_model_path(name: str = DEFAULT_MODEL) -> str:
 
 
 def resolve_model_name(name_or_path: Any) -> Any:
-    """A packaged model's folder for its name, unless a local path of that name exists; anything else unchanged."""
-    if isinstance(name_or_path, str) and not os.path.exists(name_or_path) and name_or_path in packaged_models():
-        return packaged_model_path(name_or_path)
+    """A packaged model's folder for its name (a `str` or a path-like such as `Path("elmo-en-mini")`, as the commands'
+    functions take it), unless a local folder of that name exists, which transformers would load instead (a file of
+    that name, which it would not, hides nothing); anything else unchanged."""
+    name = os.fspath(name_or_path) if isinstance(name_or_path, os.PathLike) else name_or_path
+    if isinstance(name, str) and not os.path.isdir(name) and name in packaged_models():
+        return packaged_model_path(name)
     return name_or_path
 
 

@@ -225,11 +225,22 @@ def to_original(state: dict[str, np.ndarray], config: ElmoConfig) -> dict[str, n
     }
 
 
+def check_input_file(path: Path, what: str, hint: str) -> None:
+    """Raises `ConversionError` unless `path` is a regular file, naming what it is instead (absent, a folder, a device
+    or a pipe) and ending with `hint`."""
+    if path.is_file():
+        return
+    if path.is_dir():
+        raise ConversionError(f"{what} {path} is a folder, not a file; {hint}.")
+    if path.exists():
+        raise ConversionError(f"{what} {path} is not a regular file (a device, a pipe or a socket); {hint}.")
+    raise ConversionError(f"{what} not found: {path}")
+
+
 def read_options(path: str | os.PathLike) -> dict:
     """Reads an original `options.json`."""
     path = Path(path)
-    if not path.is_file():
-        raise ConversionError(f"options file not found: {path}")
+    check_input_file(path, "options file", "pass the checkpoint's options.json")
     try:
         options = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -316,8 +327,7 @@ def read_weights(path: str | os.PathLike, config: ElmoConfig) -> dict[str, np.nd
     import h5py
 
     path = Path(path)
-    if not path.is_file():
-        raise ConversionError(f"weights file not found: {path}")
+    check_input_file(path, "weights file", "pass the checkpoint's weights .hdf5")
     if not h5py.is_hdf5(path):
         raise ConversionError(f"weights file {path} is not an HDF5 file; pass the checkpoint's weights .hdf5.")
     problems, arrays = [], {}

@@ -46,7 +46,7 @@ from transformers.utils import logging
 
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
 from elmo_hf.errors import ElmoInputError, ElmoRunError, config_error_message
-from elmo_hf.packaged_elmo import packaged_models, resolve_model_name
+from elmo_hf.packaged_elmo import packaged_model_path, packaged_models, resolve_model_name
 
 from . import hub
 from .checkpoint import ConversionError, convert_config, read_options, read_weights, to_state_dict
@@ -163,14 +163,20 @@ def check_folder_path(folder: Path, error: type[ElmoInputError]) -> None:
 
 def model_folder(model: str | os.PathLike, error: type[ElmoInputError]) -> Path:
     """The folder of `--model`: a folder holding a `config.json`, or the name of a model packaged with elmo-hf
-    (resolved offline); raises `error` for anything else."""
-    folder = Path(resolve_model_name(os.fspath(model)))
-    if not (folder / "config.json").is_file():
+    (resolved offline); raises `error` for anything else, saying so where a local folder hides a packaged name."""
+    name = os.fspath(model)
+    folder = Path(resolve_model_name(name))
+    if (folder / "config.json").is_file():
+        return folder
+    if name in packaged_models():  # a local folder of that name, which transformers would load too
         raise error(
-            f"--model {model} is neither a folder holding a config.json nor the name of a model packaged with elmo-hf "
-            f"({', '.join(packaged_models())}); give a folder written by `elmo-hf convert` or save_pretrained."
+            f"--model {model} is the folder {folder.resolve()} here, which holds no config.json and hides the model "
+            f"packaged with elmo-hf under that name; rename that folder, or give {packaged_model_path(name)}."
         )
-    return folder
+    raise error(
+        f"--model {model} is neither a folder holding a config.json nor the name of a model packaged with elmo-hf "
+        f"({', '.join(packaged_models())}); give a folder written by `elmo-hf convert` or save_pretrained."
+    )
 
 
 def check_config_file(folder: Path, error: type[ElmoInputError]) -> None:

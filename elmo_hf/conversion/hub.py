@@ -18,6 +18,8 @@ writes them too. Every Hub call runs with a timeout and is retried on what `hugg
 (timeouts, network errors, 408/429/5xx answers), so a push ends, successfully or with an error, in bounded time.
 """
 
+import numbers
+import os
 import shlex
 import time
 from collections.abc import Callable
@@ -33,6 +35,7 @@ from huggingface_hub.utils import validate_repo_id
 from huggingface_hub.utils._http import _DEFAULT_RETRY_ON_EXCEPTIONS, _DEFAULT_RETRY_ON_STATUS_CODES
 
 from elmo_hf import ElmoConfig
+from elmo_hf.errors import is_whole
 
 from .checkpoint import ConversionError
 
@@ -50,6 +53,9 @@ PLACEHOLDER_REPO_ID = "path/to/elmo"
 # (huggingface_hub's own default), waiting 1, 2, 4, 8, 8 s between tries.
 HUB_TIMEOUT = 60.0
 HUB_RETRIES = 5
+# The longest timeout taken: far longer ones (1e10 s) overflow the clock arithmetic under the client, and a NaN or
+# infinite one cannot be set at all.
+MAX_HUB_TIMEOUT = 86400.0
 MAX_RETRY_WAIT = 8.0
 # What a failed push raises: an HTTP error status, a transport error, an answer that is not the expected JSON.
 PUSH_ERRORS = (HfHubHTTPError, httpx2.HTTPError, ValueError, OSError)
@@ -135,8 +141,13 @@ def push_to_hub(folder: str | Path, repo_id: str, token: str | None = None, priv
     Each Hub call waits at most `timeout` seconds to connect and for each part of the answer, and is retried
     `retries` times on timeouts, network errors and 408/429/5xx answers. Raises one of `PUSH_ERRORS` on failure.
     A commit retried after the Hub received it uploads nothing new (unchanged files are skipped), but with
-    `create_pr` it can open a second pull request.
+    `create_pr` it can open a second pull request. Arguments that `check_push_arguments` refuses and a `folder` that
+    is not one raise `ConversionError` (a `ValueError`) before any Hub call, so no empty repository is created.
     """
+    if problem := check_push_arguments(repo_id, token, private, revision, create_pr, timeout, retries):
+        raise ConversionError(problem)
+    if not Path(folder).is_dir():
+        raise ConversionError(f"{folder} is not a folder; push the folder that `convert_checkpoint` wrote.")
     api = HfApi(token=token)
     session = get_session()  # huggingface_hub's shared client: its calls take no timeout of their own
     previous_timeout, session.timeout = session.timeout, httpx2.Timeout(timeout)
@@ -149,7 +160,7 @@ def push_to_hub(folder: str | Path, repo_id: str, token: str | None = None, priv
             folder_path=folder,
             revision=revision,
             create_pr=create_pr,
-            commit_message=f"Add ELMo converted with elmo-hf from {Path(folder).name}",
+            commit_message=f"Add ELMo converted with elmo-hf from {Path(os.path.abspath(folder)).name}",
         ), retries)
     finally:
         session.timeout = previous_timeout
@@ -191,8 +202,10 @@ def check_push_arguments(repo_id: str | None, token: str | None = None, private:
             f"--create-pr opens a pull request against {DEFAULT_REVISION!r}; it cannot go with --revision "
             f"{revision!r}. Push to the branch without --create-pr, or open the pull request without --revision."
         )
-    if timeout <= 0 or retries < 0:
-        return "--hub-timeout must be positive and --hub-retries at least 0."
+    timeout_usable = isinstance(timeout, numbers.Real) and 0 < timeout <= MAX_HUB_TIMEOUT  # False for NaN
+    if not timeout_usable or not is_whole(retries) or retries < 0:
+        return (f"--hub-timeout {timeout!r} and --hub-retries {retries!r}: the timeout must be a number of seconds "
+                f"above 0 and at most {MAX_HUB_TIMEOUT:g} (a day), the retries a whole number, at least 0.")
     if token is None and get_token() is None:
         return "pushing needs a Hub token with write access: run `hf auth login`, set HF_TOKEN or pass --token."
     return None

@@ -487,6 +487,8 @@ def convert_manylangs(model_dir: str | os.PathLike, output: str | os.PathLike, *
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ConversionError(f"{model_dir} is not a folder; pass the unpacked ELMoForManyLangs model folder.")
+    if not isinstance(language, str) or not language or any(character.isspace() for character in language):
+        raise ConversionError(f"--language {language!r} is not a language code such as 'zh'; give the model's code.")
     output = check_output(output, [model_dir])
     architecture = read_architecture(model_dir)
     chars = read_lexicon(model_dir / "char.dic")
