@@ -340,7 +340,12 @@ def _is_filter_bank(bank: Any) -> bool:
 
 
 _POSITIVE_INT = (lambda v: _is_int(v) and v >= 1, "a positive integer")
-_CLIP = (lambda v: v is None or (_is_number(v) and v > 0), "positive or None (no clipping), and finite")
+# A clip beyond float32's largest value clips nothing a float32 model holds, and torch cannot clamp float32 with it.
+_LARGEST_CLIP = 3.4028234663852886e38
+_CLIP = (
+    lambda v: v is None or (_is_number(v) and 0 < v <= _LARGEST_CLIP),
+    "positive or None (no clipping), and finite, at most float32's largest value (3.4e38)",
+)
 _NON_NEGATIVE = (lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
 _NO_WORD_EMBEDDING_OR_SIZE = (lambda v: _is_int(v) and v >= 0, "an integer >= 0 (0: no word embedding)")
 # Each field's own constraint, checked whenever it is set: (test, what a valid value is).

@@ -26,6 +26,7 @@ BAD_FIELD_VALUES = [
     ("cell_clip", -1, "cell_clip must be positive or None"),
     ("cell_clip", 0, "cell_clip must be positive or None"),
     ("cell_clip", math.nan, "cell_clip must be positive or None"),
+    ("projection_clip", 1e300, "projection_clip must be positive or None .* at most float32's largest value"),
     ("projection_clip", -3.0, "projection_clip must be positive or None"),
     ("initializer_range", -0.1, "initializer_range must be a finite number >= 0"),
     ("scalar_mix_parameters", [0.0, math.nan, 0.0], "scalar_mix_parameters must be None"),
