@@ -225,6 +225,16 @@ def to_original(state: dict[str, np.ndarray], config: ElmoConfig) -> dict[str, n
     }
 
 
+def check_max_characters(value: object, field: str) -> None:
+    """Raises `ConversionError` where a checkpoint's characters per word, its `field`, exceed
+    `MAX_CHARACTERS_PER_TOKEN` (a value that is no integer is the config's to refuse)."""
+    if isinstance(value, int) and value > MAX_CHARACTERS_PER_TOKEN:
+        raise ConversionError(
+            f"{field} is {value}; at most {MAX_CHARACTERS_PER_TOKEN} is converted (the released ELMo checkpoints use "
+            "50)."
+        )
+
+
 def check_input_file(path: Path, what: str, hint: str) -> None:
     """Raises `ConversionError` unless `path` is a regular file, naming what it is instead (absent, a folder, a device
     or a pipe) and ending with `hint`."""
@@ -284,12 +294,7 @@ def convert_config(options: dict) -> ElmoConfig:
         raise ConversionError(
             f"unknown activation {fields['activation']!r} in options.json; expected 'relu' or 'tanh'."
         )
-    max_characters = fields["max_characters_per_token"]  # a value that is no integer is the config's to refuse
-    if isinstance(max_characters, int) and max_characters > MAX_CHARACTERS_PER_TOKEN:
-        raise ConversionError(
-            f"options.json char_cnn.max_characters_per_token is {max_characters}; at most "
-            f"{MAX_CHARACTERS_PER_TOKEN} is converted (the released ELMo checkpoints use 50)."
-        )
+    check_max_characters(fields["max_characters_per_token"], "options.json char_cnn.max_characters_per_token")
     try:
         return ElmoConfig(**fields)
     except Exception as error:  # the strict config names the bad field

@@ -40,7 +40,7 @@ from transformers.utils import logging
 from elmo_hf import ElmoConfig, ElmoModel, ElmoTokenizer
 from elmo_hf.tokenization_elmo import UNKNOWN_ENTRY, VOCAB_FILES_NAMES
 
-from .checkpoint import MAX_CHARACTERS_PER_TOKEN, ConversionError
+from .checkpoint import ConversionError, check_max_characters
 from .convert import check_output, staged_folder
 from .hub import PLACEHOLDER_REPO_ID, architecture_name
 from .reference import _sigmoid
@@ -165,11 +165,7 @@ def convert_config(architecture: dict, num_chars: int, num_words: int) -> dict:
                 least = "" if minimum is None else f" of at least {minimum}"
                 why = " (elmo-hf needs the character CNN)" if key == "char_dim" else ""
                 raise ConversionError(f"{section}.{key} is {value!r}; it must be a whole number{least}{why}.")
-        if embedder["max_characters_per_token"] > MAX_CHARACTERS_PER_TOKEN:
-            raise ConversionError(
-                f"token_embedder.max_characters_per_token is {embedder['max_characters_per_token']}; at most "
-                f"{MAX_CHARACTERS_PER_TOKEN} is converted (the released models use 50)."
-            )
+        check_max_characters(embedder["max_characters_per_token"], "token_embedder.max_characters_per_token")
         filters = embedder["filters"]
         if not isinstance(filters, list) or not filters or not all(
             isinstance(bank, list) and len(bank) == 2 and all(type(value) is int and value > 0 for value in bank)
