@@ -22,6 +22,8 @@ from typing import Any
 from transformers.pipelines.feature_extraction import FeatureExtractionPipeline
 from transformers.pipelines.token_classification import AggregationStrategy, TokenClassificationPipeline
 
+from .reference_elmo import word_mask
+
 
 def _check_words(sentence: Any) -> None:
     """Raise unless `sentence` is one sentence's words, a list (or tuple) of str, as `is_split_into_words=True` takes
@@ -222,13 +224,15 @@ class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
         return super().preprocess(inputs, **tokenize_kwargs)
 
     def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
-        """The model's first output (`last_hidden_state`) and the attention mask, for `postprocess`."""
-        return {"features": super()._forward(model_inputs)[0], "attention_mask": model_inputs["attention_mask"]}
+        """The model's first output (`last_hidden_state`) and its word rows (`word_mask`: the attention mask, or the
+        rows with a character where the tokenizer was asked for no mask), for `postprocess`."""
+        words = word_mask(model_inputs["input_ids"], model_inputs.get("attention_mask"))
+        return {"features": super()._forward(model_inputs)[0], "words": words}
 
     def postprocess(self, model_outputs: dict[str, Any], return_tensors: bool = False):
         """One sentence's rows without the padding rows of its batch (`batch_size > 1`), so that a sentence gets the
         same `[1][words][hidden_size]` whatever it is batched with."""
-        features = model_outputs["features"][:, model_outputs["attention_mask"][0].bool()]
+        features = model_outputs["features"][:, model_outputs["words"][0]]
         return features if return_tensors else features.tolist()
 
 

@@ -217,6 +217,10 @@ def test_feature_extraction_gives_each_sentence_its_own_rows_in_any_batch(extrac
             np.testing.assert_allclose(features, expected, rtol=1e-5, atol=1e-6)
         tensors = extractor(texts, batch_size=batch_size, return_tensors=True)
         assert [tuple(tensor.shape) for tensor in tensors] == [(1, 5, 32), (1, 1, 32), (1, 0, 32)]
+        # Without an attention mask (the tokenizer asked for none), the rows with characters are the words.
+        unmasked = extractor(texts, batch_size=batch_size, tokenize_kwargs={"return_attention_mask": False})
+        for features, expected in zip(unmasked, alone):
+            np.testing.assert_allclose(features, expected, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="At least one input is required"):
         extractor([])
 
