@@ -124,9 +124,12 @@ def check_bilm_trainable(model: nn.Module):
     """Raises where a task head's `config.freeze_bilm` and its biLM's parameters disagree in a forward that records
     gradients: the flag freezes the parameters only when the head is built or loaded, and the head runs a frozen biLM
     without gradients, so either the flag set later would be ignored silently or trainable parameters of the biLM
-    (adapters, weights unfrozen by hand) would never learn."""
+    (adapters, weights unfrozen by hand) would never learn. A head with no trainable parameter at all (frozen whole
+    for inference) trains nothing, whatever the flag."""
     trainable = any(parameter.requires_grad for parameter in model.elmo.parameters())
     if trainable != model.config.freeze_bilm:
+        return
+    if not trainable and not any(parameter.requires_grad for parameter in model.parameters()):
         return
     if model.config.freeze_bilm:
         raise ValueError(

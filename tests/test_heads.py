@@ -108,6 +108,9 @@ def test_freeze_bilm_that_disagrees_with_the_bilms_parameters_is_an_error_when_t
     model.config.freeze_bilm = True
     with pytest.raises(ValueError, match="freeze_bilm is True, .* would never learn"):
         model(**inputs, labels=labels)
+    model.config.freeze_bilm = False
+    model.requires_grad_(False)  # frozen whole for inference, run with autograd on: nothing trains, no error
+    assert model(**inputs).logits.shape == (2, 6, len(TAGS))
 
 
 def test_two_mixes_share_one_bilm_run(inputs):
