@@ -32,7 +32,7 @@ import functools
 from typing import Any, NamedTuple
 
 # Bound by `compiled` on first use; the kernels read them as globals.
-triton = tl = sigmoid = tanh = gate = put = None
+triton = tl = sigmoid = tanh = clip = gate = put = None
 
 
 class Kernels(NamedTuple):
@@ -50,13 +50,13 @@ class Kernels(NamedTuple):
 @functools.cache
 def compiled() -> Kernels:
     """The kernels as Triton kernels (or, under `TRITON_INTERPRET=1`, its interpreter's)."""
-    global triton, tl, sigmoid, tanh, gate, put
+    global triton, tl, sigmoid, tanh, clip, gate, put
     try:
         import triton
         import triton.language as tl
     except ImportError as error:
         raise ImportError("the fused GPU recurrence needs Triton: `pip install triton`") from error
-    sigmoid, tanh, gate, put = map(triton.jit, (sigmoid_of, tanh_of, gate_of, put_of))
+    sigmoid, tanh, clip, gate, put = map(triton.jit, (sigmoid_of, tanh_of, clip_of, gate_of, put_of))
     kernels = (cell_kernel, output_kernel, training_cell_kernel, backward_output_kernel, backward_cell_kernel)
     return Kernels(*map(triton.jit, kernels), tl.float32, tl.float64)
 
@@ -80,6 +80,12 @@ def tanh_of(x):
     magnitude = tl.abs(x)
     large = 1 - 2 / (tl.exp(2 * magnitude) + 1)
     return tl.where(magnitude < 0.625, x / fraction, tl.where(x < 0, -large, large))
+
+
+def clip_of(x, limit):
+    """`x` clipped to `[-limit, limit]`, NaN kept NaN as `torch.clamp` keeps it (Triton's `minimum` and `maximum`
+    return the other operand on a GPU, which would turn a NaN into the limit)."""
+    return tl.where(x != x, x, tl.minimum(tl.maximum(x, -limit), limit))
 
 
 def gate_of(gate_inputs, recurrent, offsets, inside, COMPUTE: tl.constexpr):
@@ -112,7 +118,7 @@ def cell_kernel(
     new_cell = sigmoid(forget_gate) * old_cell + sigmoid(input_gate) * tanh(candidate)
     if CLIP:
         limit = tl.load(cell_clip)
-        new_cell = tl.minimum(tl.maximum(new_cell, -limit), limit)
+        new_cell = clip(new_cell, limit)
     if MASKED:
         new_cell = tl.where(tl.load(running + row, mask=inside) != 0, new_cell, old_cell)
     tl.store(cell + offsets, new_cell.to(cell.dtype.element_ty), mask=inside)
@@ -131,7 +137,7 @@ def output_kernel(
     value = tl.load(projected + offsets, mask=inside).to(COMPUTE)
     if CLIP:
         limit = tl.load(projection_clip)
-        value = tl.minimum(tl.maximum(value, -limit), limit)
+        value = clip(value, limit)
     if MASKED:
         active = tl.load(running + offsets // projection_dim, mask=inside) != 0
         tl.store(state + offsets, value.to(state.dtype.element_ty), mask=inside & active)
@@ -164,7 +170,7 @@ def training_cell_kernel(
         limit = tl.load(cell_clip)
         outside = (new_cell < -limit) | (new_cell > limit) | (new_cell != new_cell)
         put(clipped_cells, offsets, outside, inside)
-        new_cell = tl.minimum(tl.maximum(new_cell, -limit), limit)
+        new_cell = clip(new_cell, limit)
     put(cell, offsets, new_cell, inside)
     tanh_cell = tanh(new_cell)
     put(unprojected, offsets, output_gate * tanh_cell, inside)

@@ -135,6 +135,23 @@ def test_the_fused_recurrence_keeps_the_outputs_of_a_tiny_cell_clip(name, dtype)
     assert_relatively_close(actual[0], expected[0])
 
 
+@pytest.mark.parametrize("name", ["cuda graphs", "triton"])
+def test_the_fused_recurrence_keeps_a_nan_where_the_reference_keeps_it(name):
+    """A NaN token under both clips: `torch.clamp` keeps it NaN, where the fused kernels' minimum and maximum turned
+    it into the clip's limit (finite, wrong outputs where the reference says the input was not a number)."""
+    linears = linears_of(3, 5, torch.float32)
+    inputs, batch, state = batch_of([4, 3, 0], 3, 5, torch.float32, packed=True)
+    inputs = inputs.clone()
+    inputs[0, 0] = float("nan")
+    with torch.no_grad():
+        expected = lstm_recurrence(inputs, batch, state, linears, 0.6, 0.4)
+        actual = RECURRENCE_IMPLEMENTATIONS[name].function(inputs, batch, state, linears, 0.6, 0.4)
+    for value, reference in zip((actual[0], *actual[1]), (expected[0], *expected[1]), strict=True):
+        assert reference.isnan().any() and torch.equal(value.isnan(), reference.isnan())
+        finite = ~reference.isnan()
+        assert_relatively_close(value[finite], reference[finite])
+
+
 def test_the_directions_at_once_give_the_bits_in_turn_on_odd_shapes(monkeypatch):
     """A layer of `projection_dim` 3 over `lstm_dim` 1 run at once (two torch threads) gives what in turn gives."""
     torch.manual_seed(0)
