@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import ModelOutput
 
-from .configuration_elmo import SCALAR_MIX_LAYER_NORMS, ElmoConfig, _is_number
+from .configuration_elmo import SCALAR_MIX_LAYER_NORMS, ElmoConfig, is_finite_number
 from .reference_elmo import LstmState, WordsFirst
 
 
@@ -199,7 +199,7 @@ def check_mix_arguments(
             f"fixed_weights must be pre-softmax numbers whose softmax is defined (no NaN or +inf, not all -inf), "
             f"got {list(fixed_weights)}."
         )
-    if not _is_number(l2_coefficient) or l2_coefficient < 0:
+    if not is_finite_number(l2_coefficient) or l2_coefficient < 0:
         raise ValueError(f"l2_coefficient must be a finite number >= 0, got {l2_coefficient!r}.")
 
 

@@ -326,7 +326,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def is_finite_number(value: Any) -> bool:
     """A finite int or float (not a bool)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -343,10 +343,10 @@ _POSITIVE_INT = (lambda v: _is_int(v) and v >= 1, "a positive integer")
 # A clip beyond float32's largest value clips nothing a float32 model holds, and torch cannot clamp float32 with it.
 _LARGEST_CLIP = 3.4028234663852886e38
 _CLIP = (
-    lambda v: v is None or (_is_number(v) and 0 < v <= _LARGEST_CLIP),
+    lambda v: v is None or (is_finite_number(v) and 0 < v <= _LARGEST_CLIP),
     "positive or None (no clipping), and finite, at most float32's largest value (3.4e38)",
 )
-_NON_NEGATIVE = (lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
+_NON_NEGATIVE = (lambda v: is_finite_number(v) and v >= 0, "a finite number >= 0")
 _NO_WORD_EMBEDDING_OR_SIZE = (lambda v: _is_int(v) and v >= 0, "an integer >= 0 (0: no word embedding)")
 # Each field's own constraint, checked whenever it is set: (test, what a valid value is).
 _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -375,11 +375,11 @@ _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "projection_clip": _CLIP,
     "initializer_range": _NON_NEGATIVE,
     "scalar_mix_parameters": (
-        lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_number(w) for w in v)),
+        lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(is_finite_number(w) for w in v)),
         "None (learned weights) or num_layers + 1 finite numbers",
     ),
     "scalar_mix_layer_norm": (lambda v: v in SCALAR_MIX_LAYER_NORMS, f"one of {SCALAR_MIX_LAYER_NORMS}"),
-    "elmo_dropout": (lambda v: _is_number(v) and 0 <= v < 1, "in [0, 1) (1 would zero every ELMo vector)"),
+    "elmo_dropout": (lambda v: is_finite_number(v) and 0 <= v < 1, "in [0, 1) (1 would zero every ELMo vector)"),
     "scalar_mix_l2_coefficient": _NON_NEGATIVE,
     "task_lstm_dim": (lambda v: v is None or (_is_int(v) and v >= 1), "a positive integer or None (no task biLSTM)"),
     "task_lstm_layers": _POSITIVE_INT,
@@ -390,7 +390,7 @@ _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "softmax_type": (lambda v: v in SOFTMAX_TYPES, f"one of {SOFTMAX_TYPES}"),
     "softmax_num_samples": _POSITIVE_INT,
-    "pretraining_dropout": (lambda v: _is_number(v) and 0 <= v < 1, "in [0, 1)"),
+    "pretraining_dropout": (lambda v: is_finite_number(v) and 0 <= v < 1, "in [0, 1)"),
 }
 
 
