@@ -144,6 +144,20 @@ def check_bilm_trainable(model: nn.Module):
     )
 
 
+def check_num_labels(model: nn.Module, logits: torch.Tensor):
+    """Raises where a head's `config.num_labels` (or `id2label`) changed after the head was built: its classifier
+    still gives the `logits` it was built for, which then do not match the labels the config names, and the stock
+    losses would fail on a reshape or (regression) broadcast the logits against the targets."""
+    built = logits.shape[-1]
+    if model.config.num_labels != built:
+        raise ValueError(
+            f"config.num_labels is {model.config.num_labels}, but this {type(model).__name__}'s classifier was built "
+            f"with {built} outputs (setting num_labels or id2label on a built head does not resize it); load the head "
+            f"with from_pretrained(..., num_labels={model.config.num_labels}, ignore_mismatched_sizes=True) to start "
+            f"a new classifier, or set num_labels back to {built}."
+        )
+
+
 def initial_lstm_state(
     config: ElmoConfig, lstm_state: LstmState | None, batch_size: int, like: torch.Tensor
 ) -> LstmState:

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import logging
 from transformers.utils.generic import can_return_tuple
@@ -47,6 +48,7 @@ from .checks_elmo import (
     check_mix_arguments,
     check_mix_inputs,
     check_model_inputs,
+    check_num_labels,
     check_right_padded,
     check_unread_arguments,
     class_ids,
@@ -217,8 +219,10 @@ class ElmoLstmCellWithProjection(nn.Module):
         return recurrence(inputs, batch, initial_state, linears, self.cell_clip, self.projection_clip)
 
 
-class ElmoLstmLayer(nn.Module):
-    """One biLSTM layer: independent forward and backward cells, each fed its own direction's previous layer."""
+class ElmoLstmLayer(GradientCheckpointingLayer):
+    """One biLSTM layer: independent forward and backward cells, each fed its own direction's previous layer. With
+    `model.activation_checkpointing_enable()` (Trainer's `activation_checkpointing=True`), a layer that records
+    gradients keeps only its inputs and computes its steps again in the backward pass."""
 
     def __init__(self, config: ElmoConfig, residual: bool):
         super().__init__()
@@ -375,6 +379,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer"]
+    supports_gradient_checkpointing = True
     # A pretraining folder (the packaged model is one) holds the word softmax too: the biLM and the task heads load it
     # without it, silently.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\."]
@@ -676,8 +681,9 @@ class ElmoScalarMix(nn.Module):
         return self.l2_coefficient * self.scalar_parameters.pow(2).sum()
 
 
-class ElmoTaskEncoder(nn.Module):
-    """The task biLSTM over the ELMo vectors (the paper's NER/SRL shape); runs on the words only.
+class ElmoTaskEncoder(GradientCheckpointingLayer):
+    """The task biLSTM over the ELMo vectors (the paper's NER/SRL shape); runs on the words only. Checkpointed like the
+    biLM's layers (`ElmoLstmLayer`): with a frozen biLM, which runs without gradients, it is the only layer that is.
 
     A packed batch runs the `nn.LSTM`; a padded one (the export path: an `nn.LSTM` over packed sequences cannot be
     exported) runs each of its layers and directions as the ELMo recurrence (`reference_elmo.lstm_recurrence`) on the
@@ -864,6 +870,7 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
         check_unread_arguments(self, kwargs)
         features, mask, hidden_states = self._elmo_features(input_ids, attention_mask, output_hidden_states)
         logits = self.classifier(features)
+        check_num_labels(self, logits)
         loss = None
         if labels is not None:
             labels = class_ids(labels)
@@ -921,6 +928,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
         else:
             maximum = features.masked_fill(~keep, float("-inf")).amax(1).masked_fill(~keep.any(1), 0.0)
         logits = self.classifier(torch.cat([mean, maximum], dim=-1))
+        check_num_labels(self, logits)
         loss = None
         if labels is not None:
             labels = sequence_labels(labels, mask.shape[0], self.config)
