@@ -22,9 +22,11 @@ faster implementation:
 1. while `torch.export` or `torch.compile` traces, an implementation that supports tracing (the `scan` of a padded
    batch), else the reference, which calls the modules' layers so the tracer sees them;
 2. otherwise the reference when `config.elmo_implementation` is not `"auto"`, or the module runs anything the kernels
-   do not read: a replaced, wrapped or parametrized layer (PEFT adapters, quantised or pruned layers), a forward or
-   backward hook (of its layers or global), a tensor subclass, a torch function or dispatch mode, `torch.func`
-   transforms, autocast, TorchScript;
+   do not read: a replaced, wrapped or parametrized layer (PEFT adapters, quantised or pruned layers, a `forward` set
+   on an instance as accelerate's hooks set it), a layer built otherwise than ELMo builds it (a convolution's stride,
+   padding, dilation or groups, a bias in a cell's `input_to_gates` or `projection`), a forward or backward hook (of
+   its layers or global), a tensor subclass, a torch function or dispatch mode, `torch.func` transforms, autocast,
+   TorchScript;
 3. otherwise the first implementation of the table whose `supports` accepts the call (`KernelRequest`: dtype, device,
    autograd recording, layout): capability first, so a kernel runs only where this machine can run it, and the
    answer depends on nothing but the call and the machine, the same in every process.
@@ -105,8 +107,13 @@ DIRECTIONS_IMPLEMENTATIONS: dict[str, Implementation] = {
 # The layers whose computation the kernels read from their weights: exactly these classes (a subclass may compute
 # anything) hold the weights a kernel uses.
 LEAF_LAYERS = (nn.Linear, nn.Conv1d, nn.Embedding, nn.ModuleList)
-_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks")
+_GLOBAL_HOOKS = (
+    "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks"
+)
 _MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+# The layers of an LSTM cell whose bias no recurrence kernel reads: ELMo's cell adds the gates' bias once, with
+# `hidden_to_gates` (`reference_elmo.LstmLinears`).
+UNBIASED_CELL_LAYERS = ("input_to_gates", "projection")
 
 
 def traced() -> bool:
@@ -124,8 +131,9 @@ def uses_padded_batches(config) -> bool:
 def runs_as_written(module: nn.Module, tensors: Iterable[torch.Tensor]) -> bool:
     """Whether `module` computes exactly what its stock layers' weights say, for these tensors: each submodule is a
     leaf layer of `LEAF_LAYERS` or an ELMo module of `module`'s own file, of exactly that class, not parametrized,
-    without hooks (nor global ones); no tensor subclass, sparse tensor or mixed floating dtype; no TorchScript,
-    `torch.func` transform, torch function or dispatch mode, or autocast."""
+    without hooks (nor global ones) or a `forward` of its own (accelerate's offload hooks, a patched method), and
+    built as the kernels read it (`built_as_read`); no tensor subclass, sparse tensor or mixed floating dtype; no
+    TorchScript, `torch.func` transform, torch function or dispatch mode, or autocast."""
     if torch.jit.is_tracing() or torch.jit.is_scripting() or torch._C._functorch.peek_interpreter_stack() is not None:
         return False
     if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
@@ -137,16 +145,30 @@ def runs_as_written(module: nn.Module, tensors: Iterable[torch.Tensor]) -> bool:
             return False
         if parametrize.is_parametrized(submodule) or any(getattr(submodule, name) for name in _MODULE_HOOKS):
             return False
-    tensors = [*tensors, *module.parameters()]
-    dtype = tensors[-1].dtype
-    if torch.is_autocast_enabled(tensors[-1].device.type):
-        return False
-    return all(
+        if "forward" in vars(submodule) or not built_as_read(submodule):
+            return False
+    parameters = list(module.parameters())
+    tensors = [*tensors, *parameters, *module.buffers()]
+    dtype, device = parameters[-1].dtype, parameters[-1].device
+    same = all(
         type(tensor) in (torch.Tensor, nn.Parameter)
         and tensor.layout == torch.strided
-        and tensor.device == tensors[-1].device
+        and tensor.device == device
         and (tensor.dtype == dtype or not tensor.is_floating_point())
         for tensor in tensors
+    )
+    # Asked only of a device autocast knows: accelerate's offloaded weights wait on the meta device.
+    return same and not (torch.amp.is_autocast_available(device.type) and torch.is_autocast_enabled(device.type))
+
+
+def built_as_read(layer: nn.Module) -> bool:
+    """Whether `layer` holds what the kernels read from it, as ELMo builds it: a `Conv1d` over every window of
+    consecutive characters (stride 1, no padding, dilation or groups; the kernels multiply the windows), an LSTM
+    cell's `UNBIASED_CELL_LAYERS` without bias (a stock `nn.Linear` put in their place has one by default)."""
+    if isinstance(layer, nn.Conv1d):
+        return (layer.stride, layer.padding, layer.dilation, layer.groups) == ((1,), (0,), (1,), 1)
+    return not hasattr(layer, "hidden_to_gates") or all(
+        getattr(getattr(layer, name, None), "bias", None) is None for name in UNBIASED_CELL_LAYERS
     )
 
 
