@@ -964,7 +964,6 @@ class TokenLayerProducts:
             for transform, gate in layers.highway_layers
         ]
         self.projection = CpuLinear(layers.projection.weight, layers.projection.bias)
-        self.activation = torch.relu if layers.activation == "relu" else torch.tanh
 
     def encode(self, word_ids: torch.Tensor, distinct: int) -> torch.Tensor:
         """`(num_words, row_width)` ids -> `(num_words, projection_dim)`, where from window `distinct` on every
@@ -972,7 +971,7 @@ class TokenLayerProducts:
         layers = self.layers
         embedded = layers.char_embeddings(word_ids[:, : layers.max_characters])
         pooled = [window_products_max(embedded, width, product, distinct) for width, product in self.convolutions]
-        features = self.activation(torch.cat(pooled, dim=-1))
+        features = layers.activation(torch.cat(pooled, dim=-1))
         for gate_product, transform_product in self.highway:
             gate = torch.sigmoid(gate_product(features))
             features = gate * torch.relu(transform_product(features)) + (1 - gate) * features

@@ -553,7 +553,7 @@ TRITON_STEPS = TrainingSteps(triton_forward, triton_backward)
 fused_training_recurrence = training_recurrence(TRITON_STEPS)
 
 
-def char_cnn_as_products(convolutions: tuple[torch.nn.Conv1d, ...], activation: str) -> Layer:
+def char_cnn_as_products(convolutions: tuple[torch.nn.Conv1d, ...], activation: Layer) -> Layer:
     """`ElmoCharCnn`'s computation with each convolution as one matrix product over every window of every word
     (`cpu_kernels.window_products_max`): `(num_words, max_characters, char_embedding_dim)` -> `(num_words,
     num_filters)`. Every window is multiplied: skipping those inside each word's final run of one repeated id, as the
@@ -568,8 +568,7 @@ def char_cnn_as_products(convolutions: tuple[torch.nn.Conv1d, ...], activation: 
             )
             for conv in convolutions
         ]
-        features = torch.cat(pooled, dim=-1)
-        return torch.relu(features) if activation == "relu" else torch.tanh(features)
+        return activation(torch.cat(pooled, dim=-1))
 
     return char_cnn
 

@@ -68,6 +68,7 @@ from .kernels_elmo import (
 )
 from .packaged_elmo import resolve_model_name
 from .reference_elmo import (
+    ACTIVATIONS,
     LstmLinears,
     LstmState,
     SequenceBatch,
@@ -92,7 +93,7 @@ class ElmoCharCnn(nn.Module):
         self.convolutions = nn.ModuleList(
             nn.Conv1d(config.char_embedding_dim, num, width) for width, num in config.filters
         )
-        self.activation = torch.relu if config.activation == "relu" else torch.tanh
+        self.activation = ACTIVATIONS[config.activation]
 
     def forward(self, char_embeddings: torch.Tensor) -> torch.Tensor:
         """`(num_words, max_characters_per_token, char_embedding_dim)` -> `(num_words, num_filters)`."""
@@ -168,7 +169,7 @@ class ElmoCharacterEncoder(nn.Module):
         word_ids = word_ids.reshape(-1, self.config.row_width)
         layers = TokenLayers(
             self.char_embeddings, self.char_cnn, self.highway, self.word_embeddings, self.projection,
-            self.config.max_characters_per_token, self.config.activation, tuple(self.char_cnn.convolutions),
+            self.config.max_characters_per_token, self.char_cnn.activation, tuple(self.char_cnn.convolutions),
             tuple((layer.transform, layer.gate) for layer in self.highway.layers),
         )
         # A padded batch (the export path) takes all words at once: a number of chunks would depend on the data.
@@ -405,6 +406,16 @@ class ElmoPreTrainedModel(PreTrainedModel):
             # Here, not per submodule: transformers skips the submodules of remote code that hold no parameter of
             # their own (the encoder, the cells), and the model itself always comes here (its buffer).
             init_like_the_original(module)
+
+    def to_empty(self, *, device: torch.device | str | None, recurse: bool = True) -> "ElmoPreTrainedModel":
+        """As `nn.Module.to_empty`, then each `ElmoModel`'s boundary rows again: a model built on the meta device, moved
+        with `to_empty` and given its weights by `load_state_dict` would otherwise hold uninitialised ids there (a
+        non-persistent buffer, which no state dict restores)."""
+        super().to_empty(device=device, recurse=recurse)
+        for module in self.modules():
+            if isinstance(module, ElmoModel):
+                module.boundary_char_ids.copy_(module.boundary_char_ids_of(module.config))
+        return self
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *args, **kwargs):

@@ -34,6 +34,8 @@ from torch import nn
 
 LstmState = tuple[torch.Tensor, torch.Tensor]
 Layer = Callable[[torch.Tensor], torch.Tensor]
+# The character CNN's activation by `config.activation`.
+ACTIVATIONS: dict[str, Layer] = {"relu": torch.relu, "tanh": torch.tanh}
 
 
 class KernelRequest(NamedTuple):
@@ -182,7 +184,7 @@ class TokenLayers(NamedTuple):
     word_embeddings: Layer | None  # word ids (num_words,) -> (num_words, word_embedding_dim), if the model has them
     projection: Layer  # (num_words, word_embedding_dim + num_filters) -> (num_words, projection_dim)
     max_characters: int
-    activation: str  # of the CNN: "relu" or "tanh"
+    activation: Layer  # the CNN's own function (`ACTIVATIONS[config.activation]` when it was built)
     convolutions: tuple[nn.Conv1d, ...]
     highway_layers: tuple[tuple[nn.Linear, nn.Linear], ...]  # (transform, gate) of each highway layer
 
