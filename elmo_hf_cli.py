@@ -36,7 +36,7 @@ COMMANDS = {
 }
 
 EXIT_STATUS = """exit status: 0 success; 2 input or options unusable (nothing written); 1 a failure while running (what
-was completed is kept, as the error says); 130 interrupted."""
+was completed is kept, as the error says); 130 interrupted (Ctrl-C or SIGTERM)."""
 
 
 def main(argv: list[str] | None = None) -> int:

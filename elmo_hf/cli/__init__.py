@@ -22,7 +22,11 @@ interrupted.
 """
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from elmo_hf_cli import COMMANDS as SUMMARIES
 from elmo_hf_cli import EXIT_STATUS, main  # noqa: F401 (`python -m elmo_hf.cli`, `elmo_hf.cli.main`)
@@ -66,13 +70,34 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     return parser
 
 
+def interrupt(signum: int, frame) -> None:
+    """A signal handler that interrupts the main thread as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (`kill`, a batch scheduler ending a job, torchrun stopping the other processes) interrupts a command
+    as Ctrl-C does, so that it cleans up and keeps what is complete (an embed run its open part, a conversion no
+    staging folder) instead of dying on the spot; the previous handler is restored after the command."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
+
+
 def run_subcommand(name: str, argv: list[str] | None = None) -> int:
     """Parse `argv` (default: the command line after the command) for command `name` and run it."""
     parser = build_parser(name)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:  # `run` raises ElmoInputError / ElmoRunError for the exit statuses 2 / 1
         set_threads(getattr(args, "threads", None))
-        return COMMANDS[name].run(args, parser)
+        with sigterm_interrupts():
+            return COMMANDS[name].run(args, parser)
     except ElmoInputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

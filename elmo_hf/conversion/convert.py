@@ -292,15 +292,17 @@ def clean_leftovers(parent: Path, report: Callable[[str], None]) -> None:
                    "hand.")
 
 
-def _umask() -> int:
+def file_mode() -> int:
+    """The permissions a new file gets under the process's umask, `0o666 & ~umask` (mkstemp and safetensors give
+    0600 whatever the umask)."""
     umask = os.umask(0o077)
     os.umask(umask)
-    return umask
+    return 0o666 & ~umask
 
 
-def _respect_umask(folder: Path) -> None:
+def respect_umask(folder: Path) -> None:
     """Gives the files of `folder` the umask's permissions (safetensors writes its file 0600 whatever the umask)."""
-    mode = 0o666 & ~_umask()
+    mode = file_mode()
     for path in folder.iterdir():
         if path.is_file() and not path.is_symlink():
             path.chmod(mode)
@@ -327,7 +329,7 @@ def staged_folder(output: Path, overwrite: bool, report: Callable[[str], None]) 
             try:
                 staging.mkdir()
                 yield staging
-                _respect_umask(staging)
+                respect_umask(staging)
                 _replace(staging, output, report)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)  # already gone if it became `output`

@@ -55,6 +55,13 @@ def decode_line(raw: bytes, number: int, name: str, errors: str, error: type[Elm
         ) from None
 
 
+def through_link(path: Path) -> Path:
+    """The file that writing output `path` replaces: `path`, or the file it leads to where it is a symbolic link
+    (dangling or not). The commands write a temporary file and rename it over this one, so the result goes where the
+    user's link points, as a shell redirection writes it, and the link stays a link instead of becoming a file."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def read_sentences(path: str | os.PathLike, errors: str = "strict") -> Iterator[list[str]]:
     """Streams the non-empty lines of a UTF-8 text file as lists of words (whitespace-split), one line in memory.
 
@@ -80,8 +87,11 @@ def check_corpus(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list
     if not paths:
         raise CorpusError("no corpus files given.")
     for path in paths:
-        if not path.is_file():
+        if not path.exists():
             raise CorpusError(f"corpus file not found: {path}")
+        if not path.is_file():  # read more than once (the vocabulary, then every epoch), which a pipe cannot be
+            kind = "a folder" if path.is_dir() else "not a regular file (a pipe or a device)"
+            raise CorpusError(f"corpus file {path} is {kind}; give a text file, one sentence per line.")
         if path.stat().st_size == 0:
             raise CorpusError(f"corpus file {path} is empty; give text files with one sentence per line.")
     return paths

@@ -67,7 +67,7 @@ import torch
 from ..conversion.convert import check_output_file
 from ..errors import ElmoInputError, ElmoRunError, check_positive_integer, check_threads
 from ..packaged_elmo import DEFAULT_MODEL, resolve_model_name
-from .data import DECODING_ERRORS, decode_line
+from .data import DECODING_ERRORS, decode_line, through_link
 
 INDEX_NAME = "sentence_to_index"  # the dataset allennlp writes the sentence -> key JSON object into
 SETTINGS_ATTR = "elmo_hf_settings"
@@ -589,13 +589,31 @@ def make_partial(folder: Path, target: Path, settings: dict) -> IO[bytes]:
     return lock
 
 
+def delete_partial(folder: Path):
+    """Deletes a `.partial` folder of ours, its run file last: a deletion cut short (a kill) leaves a folder that
+    holds the run file, which a rerun takes as ours, or an empty one (`partial_exists`)."""
+    for path in folder.iterdir():
+        if path.name != RUN_FILE:
+            path.unlink()
+    (folder / RUN_FILE).unlink(missing_ok=True)
+    folder.rmdir()
+
+
+def partial_exists(folder: Path) -> bool:
+    """Whether a `.partial` folder exists; an empty one, all that a deletion cut short (`delete_partial`) can leave
+    without its run file, is removed first."""
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # only where it is empty
+    return folder.exists()
+
+
 def remove_partial(folder: Path):
     """Removes a `.partial` folder, only if it is ours (it holds run.json)."""
-    if not folder.exists():
+    if not partial_exists(folder):
         return
     if not (folder / RUN_FILE).is_file():
         raise EmbedError(f"{folder} exists but was not made by elmo-hf embed; move it away.")
-    shutil.rmtree(folder)
+    delete_partial(folder)
 
 
 def put(channel: queue.Queue, item: Any, stop: threading.Event):
@@ -666,12 +684,12 @@ class EmbedRun:
         """Takes the `.partial` folder (fresh, or resumed) under this process's lock and scans what earlier runs
         wrote."""
         job = self.job
-        if self.partial.exists():
+        if partial_exists(self.partial):
             if not (self.partial / RUN_FILE).is_file():
                 raise EmbedError(f"{self.partial} exists but was not made by elmo-hf embed; move it away.")
             self.lock = take_lock(self.partial, self.target)
             if job.overwrite:
-                shutil.rmtree(self.partial)
+                delete_partial(self.partial)
                 self.lock.close()
                 self.lock = None
         if self.lock is None:
@@ -707,7 +725,8 @@ class EmbedRun:
             return 0  # the folder is another run's, or was never made
         kept = len(list(self.partial.glob("part-*.hdf5"))) if self.partial.exists() else 0
         if not kept:
-            shutil.rmtree(self.partial, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                delete_partial(self.partial)
         self.lock.close()
         self.lock = None
         return kept
@@ -803,7 +822,7 @@ class EmbedRun:
                 if isinstance(cause, OSError):
                     cause = EmbedRunError(
                         f"cannot write {writer.path().with_suffix('.tmp')} ({describe(cause)}); free space in (or "
-                        f"fix) {self.partial.parent}"
+                        f"fix) {self.partial.parent.absolute()}"
                     )
                 self.writer_error = cause
                 self.stop.set()
@@ -837,7 +856,7 @@ class EmbedRun:
         self.thread_seconds["main"] = time.thread_time() - main_start
         input_identity = {"sha256": self.input_digest.hexdigest(), "lines": self.input_lines}
         merge_into(self.target, writer.sources, writer.index, self.settings, input_identity, self.partial)
-        shutil.rmtree(self.partial)
+        delete_partial(self.partial)
         self.lock.close()
         self.lock = None
         return seconds
@@ -878,7 +897,7 @@ def merge_shards(output: str | os.PathLike, world_size: int | None = None, overw
     """Merges `OUTPUT.shard-R-of-N` (all N of them, from one input and one model with one set of settings) into
     OUTPUT, then removes them; returns the number of shards. Refuses (EmbedError) a missing, unreadable or foreign
     shard, naming the rank to rerun; raises EmbedRunError when OUTPUT cannot be written (the shards are kept)."""
-    output = Path(output)
+    output = through_link(Path(output))
     if world_size is not None:
         check_positive_integer("world-size", world_size, EmbedError)
     check_output_file(output, [], EmbedError)
@@ -934,7 +953,7 @@ def merge_shards(output: str | os.PathLike, world_size: int | None = None, overw
             "each rank with --resume."
         )
     staging = partial_folder(output)
-    if staging.exists():
+    if partial_exists(staging):
         if lock_held(staging):
             raise EmbedError(f"another elmo-hf run is writing {output} now ({staging} is locked); wait for it.")
         remove_partial(staging)
@@ -944,7 +963,8 @@ def merge_shards(output: str | os.PathLike, world_size: int | None = None, overw
     except EmbedRunError as error:
         raise EmbedRunError(f"{error}; the shards are kept: free space and run merge-shards again.") from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            delete_partial(staging)
         lock.close()
     for path in expected:
         path.unlink()
@@ -1081,6 +1101,12 @@ def check_paths(
         raise EmbedError(f"OUTPUT {output} lies under {output.parent}, which is a file; give a path in a folder.")
     if not output.parent.is_dir():
         raise EmbedError(f"folder {output.parent} of OUTPUT does not exist; create it first.")
+    longest, name_max = os.fsencode(partial_folder(target).name), os.pathconf(output.parent, "PC_NAME_MAX")
+    if len(longest) > name_max:  # also the name of OUTPUT's shard and of the folder of its parts
+        raise EmbedError(
+            f"OUTPUT's name is too long: {os.fsdecode(longest)}, written beside it, would be {len(longest)} bytes, "
+            f"more than the {name_max} that {output.parent} takes; give a shorter name."
+        )
     if output.is_dir():
         raise EmbedError(f"OUTPUT {output} is a folder; give a file path such as {output / 'vectors.hdf5'}.")
     check_output_file(output, [path for path in (source, model_folder) if path is not None], EmbedError)
@@ -1095,7 +1121,7 @@ def check_paths(
     for path in [output, target]:
         if path.exists():
             raise EmbedError(f"{path} exists; pass --resume to add what it lacks, or --overwrite to replace it.")
-        if partial_folder(path).exists():
+        if partial_exists(partial_folder(path)):
             raise EmbedError(
                 f"{partial_folder(path)} holds an interrupted run; pass --resume to continue it, or --overwrite to "
                 "start over."
@@ -1212,7 +1238,7 @@ def embed_corpus(
         part_size, threads,
     )
     rank, world_size, local_rank = distributed_rank()
-    output = Path(output)
+    output = through_link(Path(output))
     target = shard_path(output, rank, world_size) if world_size > 1 else output
     if source == "-":
         source = sys.stdin

@@ -42,6 +42,7 @@ from .data import (
     ElmoWordVocabulary,
     check_corpus,
     load_sentences,
+    through_link,
 )
 from .pretraining import PreTrainingError, PreTrainingRunError, load_tokenizer, model_perplexity, write_json_atomically
 
@@ -101,7 +102,7 @@ def corpus_perplexity(
     check_threads(threads, PreTrainingError)
     if errors not in DECODING_ERRORS:
         raise PreTrainingError(f"--errors {errors!r}: must be one of {', '.join(DECODING_ERRORS)}.")
-    json_output = None if json_output is None else Path(json_output)
+    json_output = None if json_output is None else through_link(Path(json_output))
     if json_output is not None:
         existing = next(folder for folder in json_output.absolute().parents if folder.exists())
         if json_output.is_dir() or not existing.is_dir():

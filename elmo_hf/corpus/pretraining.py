@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 from huggingface_hub.errors import StrictDataclassError
+from safetensors import SafetensorError
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SchedulerType
@@ -48,8 +49,7 @@ from transformers.training_args import OptimizerNames
 from transformers.utils import logging
 
 from ..configuration_elmo import ElmoConfig
-from ..conversion.convert import _respect_umask as respect_umask
-from ..conversion.convert import load_model_weights, read_config
+from ..conversion.convert import file_mode, load_model_weights, read_config, respect_umask
 from ..errors import ElmoInputError, ElmoRunError, check_threads, config_error_message, is_whole
 from ..modeling_elmo import ElmoForPreTraining, ElmoForPreTrainingOutput
 from ..packaged_elmo import resolve_model_name
@@ -107,6 +107,16 @@ OPTIMIZERS = tuple(name.value for name in OptimizerNames)
 SCHEDULERS = tuple(name.value for name in SchedulerType)
 # Trainer's schedules that take no warm-up: with them, --warmup-steps would be ignored without a word.
 SCHEDULERS_WITHOUT_WARMUP = ("constant", "reduce_lr_on_plateau", "greedy")
+# Options that decide how a run updates its weights, kept in its record: `--resume` refuses other values, which Trainer
+# would ignore without a word (the learning rate comes back from the saved optimizer and scheduler) or mix into one
+# model whose config.json claims only the last (dropout, the softmax).
+TRAINING_OPTIONS = ("learning_rate", "lr_scheduler", "warmup_steps", "batch_size", "gradient_accumulation_steps",
+                    "max_grad_norm", "dropout", "softmax", "num_samples", "seed")
+# Schedules whose learning rate does not depend on the run's length: a resumed run may then stop at another step.
+SCHEDULERS_WITHOUT_LENGTH = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")
+# What torch.save (a RuntimeError: "file write failed", "unexpected pos") and safetensors raise where a write fails
+# (a full disk, a file-size limit), in place of an OSError.
+SAVE_ERRORS = (RuntimeError, SafetensorError)
 
 
 class PreTrainingError(ElmoInputError):
@@ -157,14 +167,22 @@ def model_perplexity(model: ElmoForPreTraining, batches: DataLoader, reduce=None
     }
 
 
+def save_failure(what: str, error: Exception) -> OSError:
+    """`error`, raised by torch.save or safetensors where writing `what` failed, as the OSError a failed write is, so
+    that it is reported as one: one line naming the checkpoint that was kept."""
+    first_line = (str(error).splitlines() or [type(error).__name__])[0]
+    return OSError(f"{what} could not be written (a full disk, a file-size limit or a failing device): {first_line}")
+
+
 def divergence_message(step: int, output: Path, run_id: str) -> str:
-    """What a non-finite loss or weight at `step` means and what was kept."""
+    """What a non-finite loss or weight at `step` means, what was kept and what to do: train again with other options
+    (`--resume` takes only the run's own, with which it would diverge again at the same step)."""
     kept = newest_complete_checkpoint(output, run_id)[0]
     where = f"the last finite checkpoint, {kept}, was kept" if kept else "no checkpoint had been saved"
     return (
         f"the training diverged at step {step}: the loss or the weights became non-finite (NaN or inf), so nothing "
         f"was saved as the model; {where}. Lower --learning-rate (or --max-grad-norm), then train again with "
-        "--overwrite, or --resume from that checkpoint."
+        "--overwrite."
     )
 
 
@@ -191,7 +209,12 @@ class ElmoPreTrainer(Trainer):
         if not all(bool(torch.isfinite(parameter).all()) for parameter in self.model.parameters()):
             raise PreTrainingRunError(divergence_message(self.state.global_step, Path(self.args.output_dir),
                                                          self.run_id))
-        super()._save_checkpoint(model, trial)
+        try:
+            super()._save_checkpoint(model, trial)
+        except SAVE_ERRORS as error:
+            if isinstance(error, ElmoRunError):
+                raise
+            raise save_failure(f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}", error) from error
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self._direction_losses[2] > 0:
@@ -233,10 +256,12 @@ class RunRecordCallback(TrainerCallback):
 
 
 def write_json_atomically(value, path: Path) -> None:
-    """Writes `value` as JSON to `path`: the complete file or none."""
+    """Writes `value` as JSON to `path`: the complete file or none, with the umask's permissions (not mkstemp's
+    0600, which hid a run record or a `--json` result from the user's group)."""
     descriptor, staging = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            os.fchmod(file.fileno(), file_mode())
             json.dump(value, file, indent=1)
         os.replace(staging, path)
     except BaseException:
@@ -472,9 +497,9 @@ class OutputFolder:
         if not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
             raise PreTrainingError(f"--output {self.path} cannot be written ({existing} is not a writable folder).")
 
-    def start(self, resume: bool, optimizer: str, report: Callable[[str], None]) -> str:
+    def start(self, resume: bool, optimizer: str, training: dict, report: Callable[[str], None]) -> str:
         """Prepares the folder for this run and returns its run id (the recorded one where `resume`); the record
-        keeps the optimizer, whose state a resumed run loads."""
+        keeps the optimizer, whose state a resumed run loads, and the `training` options (`training_options`)."""
         if resume:
             for leftover in self.path.glob(f"{_FINAL_STAGING_PREFIX}*"):  # a model save of this run cut short
                 shutil.rmtree(leftover, ignore_errors=True)
@@ -484,7 +509,7 @@ class OutputFolder:
             self.path.mkdir(parents=True, exist_ok=True)
             if self.record is not None:
                 self.set_aside(report)
-            record = {"run_id": secrets.token_hex(8), "optimizer": optimizer, "model_files": []}
+            record = {"run_id": secrets.token_hex(8), "optimizer": optimizer, "training": training, "model_files": []}
             write_json_atomically(record, self.path / RUN_FILE)
         except OSError as error:
             for folder in created:
@@ -512,7 +537,10 @@ class OutputFolder:
         """
         staging = Path(tempfile.mkdtemp(prefix=_FINAL_STAGING_PREFIX, dir=self.path))
         try:
-            trainer.save_model(str(staging))
+            try:
+                trainer.save_model(str(staging))
+            except SAVE_ERRORS as error:
+                raise save_failure("the model", error) from error
             (staging / _TRAINING_ARGS_FILE).unlink(missing_ok=True)
             tokenizer.save_pretrained(staging)
             vocabulary.save(staging)
@@ -532,6 +560,32 @@ class OutputFolder:
             write_json_atomically(self.record, self.path / RUN_FILE)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def training_options(values: dict) -> dict:
+    """The `TRAINING_OPTIONS` of a run, and its length (`max_steps`, else `epochs`) where its schedule needs it."""
+    training = {name: values[name] for name in TRAINING_OPTIONS}
+    if values["lr_scheduler"] not in SCHEDULERS_WITHOUT_LENGTH:
+        length = "max_steps" if values["max_steps"] > 0 else "epochs"
+        training[length] = values[length]
+    return training
+
+
+def check_training_options(folder: OutputFolder, training: dict) -> None:
+    """Refuses `--resume` with training options other than the recorded run's (a record written before they were
+    recorded is not checked)."""
+    recorded = folder.record.get("training")
+    if not isinstance(recorded, dict):
+        return
+    different = [name for name in sorted(set(recorded) | set(training)) if recorded.get(name) != training.get(name)]
+    if different:
+        options = ", ".join(f"--{name.replace('_', '-')} {recorded.get(name, 'not given')} (now {training.get(name)})"
+                            for name in different)
+        raise PreTrainingError(
+            f"--resume: the run in {folder.path} was trained with {options}; its checkpoints continue only with "
+            "the run's values, which a resumed run would otherwise ignore or mix into one model. Give the run's "
+            "values, or train again with --overwrite."
+        )
 
 
 def pretrain(
@@ -588,6 +642,7 @@ def pretrain(
     checkpoint.
     """
     check_options(locals())
+    training = training_options(locals())
     if resume and overwrite:
         raise PreTrainingError("--resume and --overwrite exclude each other: continue the run, or start it again.")
     if streaming and max_steps <= 0:
@@ -623,6 +678,7 @@ def pretrain(
                 f"state its checkpoints hold; --optimizer {optimizer} cannot continue it. Give --optimizer "
                 f"{folder.record['optimizer']}, or train again with --overwrite."
             )
+        check_training_options(folder, training)
         for line in skipped:
             report(f"--resume: skipped {line}")
         vocabulary = ElmoWordVocabulary.load(resume_from)
@@ -692,7 +748,7 @@ def pretrain(
         use_cpu=not torch.cuda.is_available(),
     )
     with training_args.main_process_first(local=False):  # process 0 prepares OUTPUT, the others then read its id
-        run_id = folder.start(resume, optimizer, report) if training_args.process_index == 0 else None
+        run_id = folder.start(resume, optimizer, training, report) if training_args.process_index == 0 else None
     run_id = run_id or OutputFolder(folder.path).record["run_id"]
     tokenizer = load_tokenizer(model, pretraining_model.config)
     collator = DataCollatorForElmoPreTraining(vocabulary, tokenizer, max_words)
