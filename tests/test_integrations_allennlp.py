@@ -2,7 +2,9 @@
 command's file (bitwise), the original's stateful outputs, and AllenNLP's character ids."""
 
 import json
+import os
 import re
+import stat
 import textwrap
 from pathlib import Path
 
@@ -188,3 +190,15 @@ def test_embed_file_refuses_a_folder_as_its_output(embedder, tmp_path):
     with pytest.raises(ValueError, match="output_file_path .*out is a folder"):
         embedder.embed_file(source, tmp_path / "out")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["lines.txt", "out"]
+
+
+def test_embed_file_gives_its_file_the_umasks_permissions(embedder, tmp_path):
+    """As allennlp's `h5py.File(path, "w")` does, not the 0600 of the temporary file it is written as."""
+    source = tmp_path / "lines.txt"
+    source.write_text("a b c\n", encoding="utf-8")
+    previous = os.umask(0o022)
+    try:
+        embedder.embed_file(source, tmp_path / "vectors.hdf5", output_format="top")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "vectors.hdf5").stat().st_mode) == 0o644

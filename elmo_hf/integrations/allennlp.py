@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from .. import ElmoModel, ElmoTokenizer
+from ..conversion.convert import file_mode
 from ..corpus.embed import MODEL_DTYPES, write_index
 from ..packaged_elmo import DEFAULT_MODEL
 from .vectors import WordVectors, check_settings, load_elmo
@@ -197,6 +198,7 @@ class ElmoEmbedder:
             raise ValueError(f"output_file_path {output} is a folder; give the path of the HDF5 file to write.")
         arrays = self._embed_sentences([sentence.split() for sentence in sentences], batch_size, output_format)
         descriptor, temporary = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+        os.fchmod(descriptor, file_mode())  # the umask's permissions, as allennlp's h5py.File gives them, not 0600
         os.close(descriptor)
         try:
             with h5py.File(temporary, "w") as file:
