@@ -408,9 +408,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
             init_like_the_original(module)
 
     def to_empty(self, *, device: torch.device | str | None, recurse: bool = True) -> "ElmoPreTrainedModel":
-        """As `nn.Module.to_empty`, then each `ElmoModel`'s boundary rows again: a model built on the meta device, moved
-        with `to_empty` and given its weights by `load_state_dict` would otherwise hold uninitialised ids there (a
-        non-persistent buffer, which no state dict restores)."""
+        """As `nn.Module.to_empty`, then each `ElmoModel`'s boundary rows again: a model built on the meta device,
+        moved with `to_empty` and given its weights by `load_state_dict` would otherwise hold uninitialised ids there
+        (a non-persistent buffer, which no state dict restores)."""
         super().to_empty(device=device, recurse=recurse)
         for module in self.modules():
             if isinstance(module, ElmoModel):
