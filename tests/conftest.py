@@ -42,6 +42,9 @@ MIXED_SENTENCES = [
 
 # Rows of `random_batch`: a row without tokens passes its state through.
 LENGTHS = [6, 6, 5, 4, 4, 3, 0, 1]
+# `elmo-hf pretrain`'s architecture options for a tiny model, and a text to train it on (the `corpus` fixture).
+TINY_PRETRAINING = ["--lstm-dim", "8", "--projection-dim", "4", "--filters", "1:4,2:4", "--num-highway-layers", "1"]
+PRETRAINING_TEXT = "the cat sat on the mat\na dog barked at the cat\nthe mat was red\na cat and a dog\n" * 6
 
 
 def random_linears(dtype: torch.dtype) -> LstmLinears:
@@ -98,6 +101,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    """A small training text (`PRETRAINING_TEXT`) for `elmo-hf pretrain` runs of a `TINY_PRETRAINING` model."""
+    path = tmp_path / "train.txt"
+    path.write_text(PRETRAINING_TEXT, encoding="utf-8")
+    return path
 
 
 @pytest.fixture

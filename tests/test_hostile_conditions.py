@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_PRETRAINING as TINY
 from conftest import tiny_config
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -26,18 +27,9 @@ from elmo_hf.corpus import embed as embed_module
 from elmo_hf.corpus.data import ElmoWordVocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--lstm-dim", "8", "--projection-dim", "4", "--filters", "1:4,2:4", "--num-highway-layers", "1"]
-TEXT = "the cat sat on the mat\na dog barked at the cat\nthe mat was red\na cat and a dog\n" * 6
 LINES = ["the cat sat", "a dog barked at it", "", "the cat sat", "birds fly", "it rained all day long", "ok"]
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny products run on one thread
-
-
-@pytest.fixture
-def corpus(tmp_path) -> Path:
-    path = tmp_path / "train.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +68,20 @@ def assert_same_vectors(actual: Path, expected: Path):
         np.testing.assert_array_equal(found[name], array, err_msg=name)
 
 
+def fail_safetensors_saves(monkeypatch, fails) -> None:
+    """transformers' safetensors writes raise as a full disk makes safetensors raise, where `fails(path)`."""
+    import transformers.modeling_utils as modeling_utils
+
+    save_file = modeling_utils.safe_save_file
+
+    def failing(tensors, path, *args, **kwargs):
+        if fails(str(path)):
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return save_file(tensors, path, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_utils, "safe_save_file", failing)
+
+
 @pytest.mark.parametrize("writer", ["torch.save", "safetensors"])
 def test_a_full_disk_met_inside_torch_save_or_safetensors_is_one_error_line_keeping_the_checkpoint(
     writer, corpus, tmp_path, monkeypatch, capsys
@@ -92,16 +98,7 @@ def test_a_full_disk_met_inside_torch_save_or_safetensors_is_one_error_line_keep
 
         monkeypatch.setattr(torch, "save", failing)
     else:
-        import transformers.modeling_utils as modeling_utils
-
-        save_file = modeling_utils.safe_save_file
-
-        def failing(tensors, path, *args, **kwargs):
-            if "checkpoint-2" in str(path):
-                raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
-            return save_file(tensors, path, *args, **kwargs)
-
-        monkeypatch.setattr(modeling_utils, "safe_save_file", failing)
+        fail_safetensors_saves(monkeypatch, lambda path: "checkpoint-2" in path)
     output = tmp_path / "out"
     assert pretrain("--train", corpus, "--output", output, *TINY, "--batch-size", "4", "--max-steps", "3",
                     "--save-steps", "1") == 1
@@ -114,16 +111,7 @@ def test_a_full_disk_met_inside_torch_save_or_safetensors_is_one_error_line_keep
 def test_a_full_disk_while_the_finished_model_is_saved_is_one_error_line_and_leaves_no_staging(
     corpus, tmp_path, monkeypatch, capsys
 ):
-    import transformers.modeling_utils as modeling_utils
-
-    save_file = modeling_utils.safe_save_file
-
-    def failing(tensors, path, *args, **kwargs):
-        if "checkpoint-" not in str(path):
-            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
-        return save_file(tensors, path, *args, **kwargs)
-
-    monkeypatch.setattr(modeling_utils, "safe_save_file", failing)
+    fail_safetensors_saves(monkeypatch, lambda path: "checkpoint-" not in path)
     output = tmp_path / "out"
     assert pretrain("--train", corpus, "--output", output, *TINY, "--batch-size", "4", "--max-steps", "2",
                     "--save-steps", "2") == 1

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import PRETRAINING_TEXT as TEXT
+from conftest import TINY_PRETRAINING as TINY
 from transformers import Trainer, TrainingArguments
 
 from elmo_hf import ElmoForPreTraining
@@ -23,17 +25,8 @@ from elmo_hf.corpus.perplexity import corpus_perplexity
 from elmo_hf.corpus.pretraining import ElmoPreTrainer, PreTrainingError, model_perplexity, pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--lstm-dim", "8", "--projection-dim", "4", "--filters", "1:4,2:4", "--num-highway-layers", "1"]
-TEXT = "the cat sat on the mat\na dog barked at the cat\nthe mat was red\na cat and a dog\n" * 6
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny products run on one thread
-
-
-@pytest.fixture
-def corpus(tmp_path) -> Path:
-    path = tmp_path / "train.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return path
 
 
 def run(command: str, *argv) -> int:
