@@ -29,6 +29,7 @@ Dimension names used in the docstrings: `batch_size`, `sequence_length` (words),
 """
 
 import contextlib
+import copy
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -416,6 +417,24 @@ class ElmoPreTrainedModel(PreTrainedModel):
             if isinstance(module, ElmoModel):
                 module.boundary_char_ids.copy_(module.boundary_char_ids_of(module.config))
         return self
+
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """As transformers' (the tokens are character ids), refusing before anything changes a size the config would
+        refuse: fewer ids than ELMo's 262 (the tokenizer makes them all), or than a dictionary's boundary rows use.
+        Without the check the model resized, then its forward refused the ids and `save_pretrained` its config."""
+        if new_num_tokens is not None:
+            size = new_num_tokens
+            if pad_to_multiple_of is not None:
+                size = -(-new_num_tokens // pad_to_multiple_of) * pad_to_multiple_of
+            resized = copy.deepcopy(self.config)
+            resized.char_vocab_size = size
+            try:
+                resized.validate_architecture()
+            except ValueError as error:
+                raise ValueError(f"resize_token_embeddings({new_num_tokens}) is refused: {error}") from None
+        return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *args, **kwargs):

@@ -3,6 +3,7 @@ a full disk or a file-size limit met inside torch's and safetensors' writers, a 
 `--resume` with other training options, and outputs that are symbolic links."""
 
 import errno
+import fcntl
 import json
 import os
 import resource
@@ -106,6 +107,25 @@ def test_a_full_disk_met_inside_torch_save_or_safetensors_is_one_error_line_keep
     assert "checkpoint-2 could not be written (a full disk" in line, line
     assert "checkpoint-1, was kept: free space, then --resume" in line, line
     assert not (output / "config.json").exists()
+
+
+def test_an_error_inside_torch_save_that_is_not_a_failed_write_is_not_reported_as_a_full_disk(
+    corpus, tmp_path, monkeypatch
+):
+    """Only torch.save's and safetensors' reports of a failed write become "could not be written (a full disk...)";
+    any other RuntimeError (a bug, a refused object) propagates as itself, not as advice to free space."""
+    save = torch.save
+
+    def failing(value, path, *args, **kwargs):
+        if "checkpoint-2" in str(path) and str(path).endswith("optimizer.pt"):
+            raise RuntimeError("cannot pickle 'generator' object")
+        return save(value, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", failing)
+    with pytest.raises(RuntimeError, match="cannot pickle 'generator' object") as raised:
+        pretrain("--train", corpus, "--output", tmp_path / "out", *TINY, "--batch-size", "4", "--max-steps", "3",
+                 "--save-steps", "1")
+    assert not isinstance(raised.value, OSError) and "could not be written" not in str(raised.value)
 
 
 def test_a_full_disk_while_the_finished_model_is_saved_is_one_error_line_and_leaves_no_staging(
@@ -232,6 +252,67 @@ def test_a_kill_at_any_step_of_the_cleanup_after_the_merge_leaves_a_resumable_ou
         assert embed(source, output, "--model", model_dir, "--resume") == 0, capsys.readouterr().err
         assert not partial.exists()
         assert_same_vectors(output, reference)
+
+
+def test_a_partial_folder_that_cannot_be_removed_after_the_merge_is_a_warning_not_a_failure(model_dir, tmp_path,
+                                                                                             monkeypatch, capsys):
+    """An OSError while `OUTPUT.partial/` is deleted after OUTPUT was merged and checked (a folder made read-only, a
+    busy network file system) was a traceback and exit 1 for a complete output; now exit 0 and one warning line."""
+    source = tmp_path / "in.txt"
+    source.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
+    reference = tmp_path / "reference.hdf5"
+    assert embed(source, reference, "--model", model_dir) == 0
+    rmdir = os.rmdir
+
+    def refused(path, *args, **kwargs):
+        if str(path).endswith(".partial"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return rmdir(path, *args, **kwargs)
+
+    output = tmp_path / "out.hdf5"
+    capsys.readouterr()
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "rmdir", refused)
+        assert embed(source, output, "--model", model_dir) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {output} is complete, but {output}.partial could not be removed (Permission denied)" in err, err
+    assert "Traceback" not in err
+    assert_same_vectors(output, reference)
+
+
+def test_a_file_system_without_locks_is_one_error_line_naming_it(model_dir, tmp_path, monkeypatch, capsys):
+    """`flock` failing with ENOLCK (a network file system without a lock manager) was a traceback where a run resumed
+    and "cannot write in ..." where it started; now one line naming the file system's missing locks, for a fresh run
+    (no `.partial` folder left) and a resumed one (its completed parts kept)."""
+    source = tmp_path / "in.txt"
+    source.write_text("".join(line + "\n" for line in LINES * 3), encoding="utf-8")
+    output, partial = tmp_path / "out.hdf5", tmp_path / "out.hdf5.partial"
+
+    class Killed(BaseException):
+        """Stands for a SIGKILL before the merge: the completed parts stay in `.partial`."""
+
+    def killed(*args, **kwargs):
+        raise Killed
+
+    def no_locks(handle, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    for resumed in (False, True):
+        if resumed:
+            with monkeypatch.context() as patch, pytest.raises(Killed):
+                patch.setattr(embed_module, "merge_into", killed)
+                embed(source, output, "--model", model_dir, "--part-size", "5")
+            parts = sorted(path.name for path in partial.glob("part-*.hdf5"))
+            assert parts
+        capsys.readouterr()
+        with monkeypatch.context() as patch:
+            patch.setattr(fcntl, "flock", no_locks)
+            assert embed(source, output, "--model", model_dir, "--part-size", "5", "--resume") == 2
+        line = error_line(capsys.readouterr().err)
+        assert "(No locks available): the file system of" in line and "does not support file locks" in line, line
+        assert not output.exists()
+        assert sorted(path.name for path in partial.glob("part-*.hdf5")) == (parts if resumed else [])
+        assert partial.exists() == resumed
 
 
 def test_outputs_that_are_symbolic_links_are_written_through_and_stay_links(model_dir, tmp_path, monkeypatch):

@@ -38,6 +38,18 @@ def test_num_labels_changed_after_building_is_refused_naming_the_fix(model_class
     assert model(**inputs).logits.shape[-1] == 3
 
 
+def test_resize_token_embeddings_below_elmos_character_ids_is_refused_before_anything_changes(inputs):
+    """Fewer than 262 character ids: the model resized, then its forward refused the tokenizer's ids and
+    save_pretrained its config; now refused up front. Growing (padded to a multiple too) still works."""
+    model = ElmoForTokenClassification(tiny_config(num_labels=3))
+    before = model.get_input_embeddings().weight.detach().clone()
+    with pytest.raises(ValueError, match=r"resize_token_embeddings\(100\) is refused.*at least 262"):
+        model.resize_token_embeddings(100)
+    assert model.config.char_vocab_size == 262 and torch.equal(model.get_input_embeddings().weight, before)
+    assert model.resize_token_embeddings(270, pad_to_multiple_of=64).weight.shape[0] == 320
+    assert model.config.char_vocab_size == 320 and model(**inputs).logits.shape[-1] == 3
+
+
 def pretraining_model() -> ElmoForPreTraining:
     torch.manual_seed(0)
     return ElmoForPreTraining(tiny_config(word_vocab_size=10, pretraining_dropout=0.3))

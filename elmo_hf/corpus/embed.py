@@ -552,6 +552,8 @@ def lock_held(folder: Path) -> bool:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
+        except OSError:  # a file system without locks: `take_lock` says so
+            return False
     return False
 
 
@@ -566,6 +568,12 @@ def take_lock(folder: Path, target: Path) -> IO[bytes]:
         raise EmbedError(
             f"another elmo-hf run is writing {target} now (it holds {folder / LOCK_FILE}); wait for it to end, or "
             "stop it and rerun with --resume."
+        ) from None
+    except OSError as error:  # ENOLCK, ENOSYS: no run could tell whether another writes the same output
+        handle.close()
+        raise EmbedError(
+            f"cannot lock {folder / LOCK_FILE} ({describe(error)}): the file system of {target} does not support "
+            "file locks; write OUTPUT on a local file system, then move it."
         ) from None
     return handle
 
@@ -583,8 +591,10 @@ def make_partial(folder: Path, target: Path, settings: dict) -> IO[bytes]:
     try:
         lock = take_lock(folder, target)
         (folder / RUN_FILE).write_text(json.dumps(settings))
-    except OSError as error:
+    except (OSError, EmbedError) as error:
         shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(error, EmbedError):
+            raise
         raise EmbedRunError(f"cannot write in {folder} ({describe(error)}); nothing was written.") from None
     return lock
 
@@ -856,7 +866,11 @@ class EmbedRun:
         self.thread_seconds["main"] = time.thread_time() - main_start
         input_identity = {"sha256": self.input_digest.hexdigest(), "lines": self.input_lines}
         merge_into(self.target, writer.sources, writer.index, self.settings, input_identity, self.partial)
-        delete_partial(self.partial)
+        try:
+            delete_partial(self.partial)
+        except OSError as error:  # the output is complete and checked: the run succeeded
+            print(f"warning: {self.target} is complete, but {self.partial} could not be removed ({describe(error)}); "
+                  "remove it by hand.", file=sys.stderr)
         self.lock.close()
         self.lock = None
         return seconds

@@ -114,9 +114,9 @@ TRAINING_OPTIONS = ("learning_rate", "lr_scheduler", "warmup_steps", "batch_size
                     "max_grad_norm", "dropout", "softmax", "num_samples", "seed")
 # Schedules whose learning rate does not depend on the run's length: a resumed run may then stop at another step.
 SCHEDULERS_WITHOUT_LENGTH = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")
-# What torch.save (a RuntimeError: "file write failed", "unexpected pos") and safetensors raise where a write fails
-# (a full disk, a file-size limit), in place of an OSError.
-SAVE_ERRORS = (RuntimeError, SafetensorError)
+# What torch.save (a RuntimeError) and safetensors (a SafetensorError) say where a write fails (a full disk, a
+# file-size limit), in place of raising an OSError; any other error they raise is not a failed write.
+WRITE_FAILURE_MESSAGES = ("file write failed", "unexpected pos", "PytorchStreamWriter failed", "I/O error")
 
 
 class PreTrainingError(ElmoInputError):
@@ -167,9 +167,16 @@ def model_perplexity(model: ElmoForPreTraining, batches: DataLoader, reduce=None
     }
 
 
+def is_write_failure(error: Exception) -> bool:
+    """Whether `error`, raised while a checkpoint or the model was saved, is torch.save's or safetensors' report of a
+    failed write (a full disk, a file-size limit, a failing device) rather than a bug or a refusal."""
+    return (isinstance(error, (RuntimeError, SafetensorError)) and not isinstance(error, ElmoRunError)
+            and any(message in str(error) for message in WRITE_FAILURE_MESSAGES))
+
+
 def save_failure(what: str, error: Exception) -> OSError:
-    """`error`, raised by torch.save or safetensors where writing `what` failed, as the OSError a failed write is, so
-    that it is reported as one: one line naming the checkpoint that was kept."""
+    """`error`, raised by torch.save or safetensors where writing `what` failed (`is_write_failure`), as the OSError a
+    failed write is, so that it is reported as one: one line naming the checkpoint that was kept."""
     first_line = (str(error).splitlines() or [type(error).__name__])[0]
     return OSError(f"{what} could not be written (a full disk, a file-size limit or a failing device): {first_line}")
 
@@ -211,8 +218,8 @@ class ElmoPreTrainer(Trainer):
                                                          self.run_id))
         try:
             super()._save_checkpoint(model, trial)
-        except SAVE_ERRORS as error:
-            if isinstance(error, ElmoRunError):
+        except (RuntimeError, SafetensorError) as error:
+            if not is_write_failure(error):
                 raise
             raise save_failure(f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}", error) from error
 
@@ -539,7 +546,9 @@ class OutputFolder:
         try:
             try:
                 trainer.save_model(str(staging))
-            except SAVE_ERRORS as error:
+            except (RuntimeError, SafetensorError) as error:
+                if not is_write_failure(error):
+                    raise
                 raise save_failure("the model", error) from error
             (staging / _TRAINING_ARGS_FILE).unlink(missing_ok=True)
             tokenizer.save_pretrained(staging)
