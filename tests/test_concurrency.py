@@ -83,7 +83,9 @@ def alone(model, key: str = "last_hidden_state") -> list[torch.Tensor]:
         return [model(ids)[key] for ids in CASES]
 
 
-def repeated_calls(model, expected: list[torch.Tensor], start: int, mode=torch.inference_mode, key="last_hidden_state"):
+def repeated_calls(
+    model, expected: list[torch.Tensor], start: int, mode=torch.inference_mode, key="last_hidden_state"
+):
     """A thread's calls of every case in turn (from `start`): whether each had the bits of the call alone, and the
     thread's torch count after."""
     same = []
@@ -171,7 +173,9 @@ def test_pipelines_shared_by_threads():
         pipeline_class=ElmoFeatureExtractionPipeline,
     )  # fmt: skip
     tagger = ElmoForTokenClassification(tiny_config(id2label={0: "O", 1: "B-X", 2: "I-X"})).eval()
-    ner = pipeline("token-classification", model=tagger, tokenizer=tokenizer, pipeline_class=ElmoTokenClassificationPipeline)
+    ner = pipeline(
+        "token-classification", model=tagger, tokenizer=tokenizer, pipeline_class=ElmoTokenClassificationPipeline
+    )
     calls = [
         lambda: features("the bank of the river"),
         lambda: features(["the", "bank", "of"], is_split_into_words=True),

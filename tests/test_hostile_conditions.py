@@ -83,6 +83,18 @@ def fail_safetensors_saves(monkeypatch, fails) -> None:
     monkeypatch.setattr(modeling_utils, "safe_save_file", failing)
 
 
+def fail_checkpoint_2s_optimizer(monkeypatch, message: str) -> None:
+    """torch.save raises `RuntimeError(message)` where it writes checkpoint-2's optimizer state."""
+    save = torch.save
+
+    def failing(value, path, *args, **kwargs):
+        if "checkpoint-2" in str(path) and str(path).endswith("optimizer.pt"):
+            raise RuntimeError(message)
+        return save(value, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", failing)
+
+
 @pytest.mark.parametrize("writer", ["torch.save", "safetensors"])
 def test_a_full_disk_met_inside_torch_save_or_safetensors_is_one_error_line_keeping_the_checkpoint(
     writer, corpus, tmp_path, monkeypatch, capsys
@@ -90,14 +102,8 @@ def test_a_full_disk_met_inside_torch_save_or_safetensors_is_one_error_line_keep
     """torch.save reports a failed write as a RuntimeError ("unexpected pos"), safetensors as a SafetensorError (as a
     real full disk gave them): they were a traceback; now one `error:` line naming the checkpoint kept, exit 1."""
     if writer == "torch.save":
-        save = torch.save
-
-        def failing(value, path, *args, **kwargs):
-            if "checkpoint-2" in str(path) and str(path).endswith("optimizer.pt"):
-                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 7040 vs 6932")
-            return save(value, path, *args, **kwargs)
-
-        monkeypatch.setattr(torch, "save", failing)
+        failed_write = "[enforce fail at inline_container.cc:672] . unexpected pos 7040 vs 6932"
+        fail_checkpoint_2s_optimizer(monkeypatch, failed_write)
     else:
         fail_safetensors_saves(monkeypatch, lambda path: "checkpoint-2" in path)
     output = tmp_path / "out"
@@ -114,14 +120,7 @@ def test_an_error_inside_torch_save_that_is_not_a_failed_write_is_not_reported_a
 ):
     """Only torch.save's and safetensors' reports of a failed write become "could not be written (a full disk...)";
     any other RuntimeError (a bug, a refused object) propagates as itself, not as advice to free space."""
-    save = torch.save
-
-    def failing(value, path, *args, **kwargs):
-        if "checkpoint-2" in str(path) and str(path).endswith("optimizer.pt"):
-            raise RuntimeError("cannot pickle 'generator' object")
-        return save(value, path, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "save", failing)
+    fail_checkpoint_2s_optimizer(monkeypatch, "cannot pickle 'generator' object")
     with pytest.raises(RuntimeError, match="cannot pickle 'generator' object") as raised:
         pretrain("--train", corpus, "--output", tmp_path / "out", *TINY, "--batch-size", "4", "--max-steps", "3",
                  "--save-steps", "1")
