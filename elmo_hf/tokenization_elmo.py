@@ -529,9 +529,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """
         Encode one example or a batch into rows of character ids; called by `__call__` and `encode`.
 
-        The words of the whole batch are written at once into a padded `(batch_size, sequence_length, row_width)`
-        array (`_write_rows`), which becomes the tensors as it is; lists are made from it when no tensors are asked
-        for, or when the examples keep different lengths.
+        The words of the whole batch are written at once into one array of the examples' rows end to end, each
+        example padded as asked (`_write_rows`); it becomes the `(batch_size, sequence_length, row_width)` tensors as
+        it is, and lists are cut from it when no tensors are asked for, or when the examples keep different lengths
+        (then no example is padded to the longest).
         """
         if text_pair is not None:
             raise ValueError(
@@ -559,27 +560,28 @@ class ElmoTokenizer(PreTrainedTokenizer):
             raise ValueError(f"padding_side must be 'left' or 'right', got {side!r}.")
         starts = padded_lengths - lengths if side == "left" else np.zeros_like(lengths)
         batch_size, sequence_length = len(sentences), int(padded_lengths.max(initial=0))
-        # Row of each word among the batch_size * sequence_length rows.
-        word_rows = np.arange(int(lengths.sum())) + np.repeat(
-            np.arange(batch_size) * sequence_length + starts - (np.cumsum(lengths) - lengths), lengths
-        )
-        input_ids = np.zeros((batch_size * sequence_length, self.row_width), np.int64)
+        # The examples' rows laid end to end, each example's padded_length of them: unpadded examples take only their
+        # own rows, however long the longest one is. Row of each example's first word, and of every word:
+        first_rows = np.cumsum(padded_lengths) - padded_lengths + starts
+        word_rows = np.arange(int(lengths.sum())) + np.repeat(first_rows - (np.cumsum(lengths) - lengths), lengths)
+        num_rows = int(padded_lengths.sum())
+        input_ids = np.zeros((num_rows, self.row_width), np.int64)
         self._write_rows(list(chain.from_iterable(sentences)), input_ids, word_rows)
-        data = {"input_ids": input_ids.reshape(batch_size, sequence_length, self.row_width)}
-        attention_mask = np.zeros((batch_size, sequence_length), np.int64)
-        attention_mask.reshape(-1)[word_rows] = 1
+        data = {"input_ids": input_ids}
+        attention_mask = np.zeros(num_rows, np.int64)
+        attention_mask[word_rows] = 1
         if return_special_tokens_mask:
             special_tokens_mask = 1 - attention_mask
             if add_boundaries:
-                special_tokens_mask[np.arange(batch_size), starts] = 1
-                special_tokens_mask[np.arange(batch_size), starts + lengths - 1] = 1
+                special_tokens_mask[first_rows] = 1
+                special_tokens_mask[first_rows + lengths - 1] = 1
             data["special_tokens_mask"] = special_tokens_mask
         if return_offsets_mapping:
-            offset_mapping = np.zeros((batch_size * sequence_length, 2), np.int64)
+            offset_mapping = np.zeros((num_rows, 2), np.int64)
             offset_mapping[word_rows] = np.fromiter(
                 chain.from_iterable(chain.from_iterable(offsets)), np.int64
             ).reshape(-1, 2)
-            data["offset_mapping"] = offset_mapping.reshape(batch_size, sequence_length, 2)
+            data["offset_mapping"] = offset_mapping
         if return_length:
             data["length"] = lengths
         if return_attention_mask is None:
@@ -597,6 +599,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
         tensor_type = None if return_tensors is None else TensorType(return_tensors)
         if tensor_type in (TensorType.PYTORCH, TensorType.NUMPY) and (padded_lengths == sequence_length).all():
+            data = {
+                key: value if key == "length" else value.reshape(batch_size, sequence_length, *value.shape[1:])
+                for key, value in data.items()
+            }
             if tensor_type == TensorType.PYTORCH:
                 data = {key: torch.from_numpy(value) for key, value in data.items()}
             return ElmoBatchEncoding(data, word_ids=word_ids, tensor_type=tensor_type)
@@ -793,10 +799,12 @@ def _padded_lengths(
 
 
 def _example_lists(key: str, value: np.ndarray, lengths: np.ndarray) -> list:
-    """A batch array as one nested list per example, of its first `lengths[i]` rows (offsets as tuples)."""
+    """The batch's rows laid end to end (`lengths[i]` rows for example i) as one nested list per example (offsets as
+    tuples)."""
     if key == "length":
         return value.tolist()
-    examples = [example[:length].tolist() for example, length in zip(value, lengths.tolist())]
+    ends = np.cumsum(lengths).tolist()
+    examples = [value[end - length : end].tolist() for end, length in zip(ends, lengths.tolist())]
     if key == "offset_mapping":
         return [list(map(tuple, example)) for example in examples]
     return examples
