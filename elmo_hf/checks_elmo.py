@@ -283,7 +283,11 @@ def class_ids(labels: torch.Tensor, name: str = "labels") -> torch.Tensor:
     return labels.long()
 
 
-def check_label_ids(labels: torch.Tensor, num_labels: int):
+def check_label_ids(labels: torch.Tensor, num_labels: int, check_values: bool = True):
+    """Raises a `ValueError` for a label id outside `0..num_labels - 1` other than -100. `check_values=False` (a traced
+    graph, which cannot read the labels: see `check_model_inputs`) checks nothing."""
+    if not check_values:
+        return
     valid = (labels == -100) | ((labels >= 0) & (labels < num_labels))
     if not bool(valid.all()):
         bad = labels[~valid][0].item()
@@ -293,11 +297,14 @@ def check_label_ids(labels: torch.Tensor, num_labels: int):
         )
 
 
-def sequence_labels(labels: torch.Tensor, batch_size: int, config: ElmoConfig) -> torch.Tensor:
+def sequence_labels(
+    labels: torch.Tensor, batch_size: int, config: ElmoConfig, check_values: bool = True
+) -> torch.Tensor:
     """Checks a sentence classifier's `labels` against its problem type and returns them as its loss reads them:
     int64 class ids, or float targets. An unset `config.problem_type` is read as transformers' loss reads it
     (regression for one label, else single-label for class ids, multi-label for float or bool targets), except
-    that class ids of every integer dtype are single-label: transformers takes only int64 and int32 as class ids."""
+    that class ids of every integer dtype are single-label: transformers takes only int64 and int32 as class ids.
+    `check_values=False` leaves the ids' range unchecked (`check_label_ids`)."""
     check_labels_type(labels)
     if labels.dim() == 0:
         raise ValueError(
@@ -316,7 +323,7 @@ def sequence_labels(labels: torch.Tensor, batch_size: int, config: ElmoConfig) -
                 f"class-id labels must have shape (batch_size,), got {tuple(labels.shape)}; multi-label targets "
                 "are floats of shape (batch_size, num_labels)."
             )
-        check_label_ids(labels, num_labels)
+        check_label_ids(labels, num_labels, check_values)
         return labels
     if problem_type is None:
         problem_type = "regression" if num_labels == 1 else "multi_label_classification"

@@ -863,6 +863,23 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         every weight it reaches."""
         return logits.sum() * 0.0
 
+    def _reads_labels(self) -> bool:
+        """Whether the forward may read the labels' values: not in a graph traced on the export path (see
+        `check_model_inputs`), which checks and branches on them with tensors instead."""
+        return not (uses_padded_batches(self.config) and traced())
+
+    def _labelled_loss(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """`loss`, or `_loss_without_labelled_items` for a batch without a labelled item; a `torch.cond` where the
+        forward cannot read the labels (`_reads_labels`), which computes the gradient of the branch taken only."""
+        labelled = labels.ne(-100).any()
+        if self._reads_labels():
+            return loss if bool(labelled) else self._loss_without_labelled_items(logits)
+        return torch.cond(
+            labelled,
+            lambda loss, logits: loss.clone(),
+            lambda loss, logits: self._loss_without_labelled_items(logits).to(loss.dtype),
+            (loss, logits),
+        )
 
 
 class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
@@ -909,11 +926,10 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
                     f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
                     f"(-100 for padding), got {tuple(labels.shape)}."
                 )
-            check_label_ids(labels, self.config.num_labels)
+            check_label_ids(labels, self.config.num_labels, self._reads_labels())
             loss = self.loss_function(logits, labels, self.config, **kwargs)
             loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
-            if not bool(labels.ne(-100).any()):
-                loss = self._loss_without_labelled_items(logits)
+            loss = self._labelled_loss(loss, logits, labels)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
 
@@ -961,16 +977,14 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
         check_num_labels(self, logits)
         loss = None
         if labels is not None:
-            labels = sequence_labels(labels, mask.shape[0], self.config)
+            labels = sequence_labels(labels, mask.shape[0], self.config, self._reads_labels())
             loss = self.loss_function(labels, logits, self.config, **kwargs)
             num_items_in_batch = kwargs.get("num_items_in_batch")
             if self.config.problem_type != "single_label_classification" and num_items_in_batch is not None:
                 # The stock regression and multi-label losses are means that ignore `num_items_in_batch`; make them
                 # sums over it, as the cross-entropy is, so gradient accumulation matches one large batch.
                 loss = loss * labels.ne(-100).sum() / num_items_in_batch
-            loss = loss + self._l2_penalty(labels, num_items_in_batch)
-            if not bool(labels.ne(-100).any()):
-                loss = self._loss_without_labelled_items(logits)
+            loss = self._labelled_loss(loss + self._l2_penalty(labels, num_items_in_batch), logits, labels)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
 
