@@ -29,6 +29,7 @@ written into OUTPUT last, `config.json` after the weights, so a folder with `con
 `examples/plot_pretraining.py OUTPUT` draws its loss and perplexity curves.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -36,7 +37,7 @@ import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -167,18 +168,22 @@ def model_perplexity(model: ElmoForPreTraining, batches: DataLoader, reduce=None
     }
 
 
-def is_write_failure(error: Exception) -> bool:
-    """Whether `error`, raised while a checkpoint or the model was saved, is torch.save's or safetensors' report of a
-    failed write (a full disk, a file-size limit, a failing device) rather than a bug or a refusal."""
-    return (isinstance(error, (RuntimeError, SafetensorError)) and not isinstance(error, ElmoRunError)
-            and any(message in str(error) for message in WRITE_FAILURE_MESSAGES))
-
-
-def save_failure(what: str, error: Exception) -> OSError:
-    """`error`, raised by torch.save or safetensors where writing `what` failed (`is_write_failure`), as the OSError a
-    failed write is, so that it is reported as one: one line naming the checkpoint that was kept."""
-    first_line = (str(error).splitlines() or [type(error).__name__])[0]
-    return OSError(f"{what} could not be written (a full disk, a file-size limit or a failing device): {first_line}")
+@contextlib.contextmanager
+def write_failures_reported(what: str) -> Iterator[None]:
+    """Within the block, torch.save's and safetensors' reports of a failed write of `what` (a full disk, a file-size
+    limit, a failing device: `WRITE_FAILURE_MESSAGES`, raised as RuntimeError or SafetensorError) become the OSError a
+    failed write is, so that it is reported as one: one line naming the checkpoint that was kept. Any other error (a
+    bug, a refusal, our own `ElmoRunError`) propagates as itself."""
+    try:
+        yield
+    except (RuntimeError, SafetensorError) as error:
+        message = str(error)
+        if isinstance(error, ElmoRunError) or not any(failure in message for failure in WRITE_FAILURE_MESSAGES):
+            raise
+        first_line = (message.splitlines() or [type(error).__name__])[0]
+        raise OSError(
+            f"{what} could not be written (a full disk, a file-size limit or a failing device): {first_line}"
+        ) from error
 
 
 def divergence_message(step: int, output: Path, run_id: str) -> str:
@@ -216,12 +221,8 @@ class ElmoPreTrainer(Trainer):
         if not all(bool(torch.isfinite(parameter).all()) for parameter in self.model.parameters()):
             raise PreTrainingRunError(divergence_message(self.state.global_step, Path(self.args.output_dir),
                                                          self.run_id))
-        try:
+        with write_failures_reported(f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"):
             super()._save_checkpoint(model, trial)
-        except (RuntimeError, SafetensorError) as error:
-            if not is_write_failure(error):
-                raise
-            raise save_failure(f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}", error) from error
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self._direction_losses[2] > 0:
@@ -544,12 +545,8 @@ class OutputFolder:
         """
         staging = Path(tempfile.mkdtemp(prefix=_FINAL_STAGING_PREFIX, dir=self.path))
         try:
-            try:
+            with write_failures_reported("the model"):
                 trainer.save_model(str(staging))
-            except (RuntimeError, SafetensorError) as error:
-                if not is_write_failure(error):
-                    raise
-                raise save_failure("the model", error) from error
             (staging / _TRAINING_ARGS_FILE).unlink(missing_ok=True)
             tokenizer.save_pretrained(staging)
             vocabulary.save(staging)
