@@ -418,6 +418,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 module.boundary_char_ids.copy_(module.boundary_char_ids_of(module.config))
         return self
 
+    def _reads_input_values(self) -> bool:
+        """Whether the forward may read its inputs' values (ids, mask, labels) on the host, to check them or branch
+        on them: not in a graph traced on the export path, which must take no shape or branch from the data."""
+        return not (uses_padded_batches(self.config) and traced())
+
     def resize_token_embeddings(
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
     ) -> nn.Embedding:
@@ -575,7 +580,7 @@ class ElmoModel(ElmoPreTrainedModel):
         """
         check_unread_arguments(self, kwargs)
         padded = uses_padded_batches(self.config)
-        check_model_inputs(self.config, input_ids, attention_mask, not (padded and traced()), model=self)
+        check_model_inputs(self.config, input_ids, attention_mask, self._reads_input_values(), model=self)
         input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
@@ -863,16 +868,11 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         every weight it reaches."""
         return logits.sum() * 0.0
 
-    def _reads_labels(self) -> bool:
-        """Whether the forward may read the labels' values: not in a graph traced on the export path (see
-        `check_model_inputs`), which checks and branches on them with tensors instead."""
-        return not (uses_padded_batches(self.config) and traced())
-
     def _labelled_loss(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """`loss`, or `_loss_without_labelled_items` for a batch without a labelled item; a `torch.cond` where the
-        forward cannot read the labels (`_reads_labels`), which computes the gradient of the branch taken only."""
+        forward cannot read the labels (`_reads_input_values`), which differentiates only the branch taken."""
         labelled = labels.ne(-100).any()
-        if self._reads_labels():
+        if self._reads_input_values():
             return loss if bool(labelled) else self._loss_without_labelled_items(logits)
         return torch.cond(
             labelled,
@@ -926,7 +926,7 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
                     f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
                     f"(-100 for padding), got {tuple(labels.shape)}."
                 )
-            check_label_ids(labels, self.config.num_labels, self._reads_labels())
+            check_label_ids(labels, self.config.num_labels, self._reads_input_values())
             loss = self.loss_function(logits, labels, self.config, **kwargs)
             loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
             loss = self._labelled_loss(loss, logits, labels)
@@ -977,7 +977,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
         check_num_labels(self, logits)
         loss = None
         if labels is not None:
-            labels = sequence_labels(labels, mask.shape[0], self.config, self._reads_labels())
+            labels = sequence_labels(labels, mask.shape[0], self.config, self._reads_input_values())
             loss = self.loss_function(labels, logits, self.config, **kwargs)
             num_items_in_batch = kwargs.get("num_items_in_batch")
             if self.config.problem_type != "single_label_classification" and num_items_in_batch is not None:
