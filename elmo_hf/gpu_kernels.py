@@ -292,9 +292,9 @@ class RecurrenceGraphs:
 
     Every graph of a device and dtype reads and writes one set of static buffers (inputs, running mask, state,
     outputs: views of flat tensors sized for the largest call so far) and takes its temporaries from one memory pool
-    per device. A call copies its inputs in, replays, and copies its results out before any other call starts
-    (`lock`; across streams, each call's stream waits for the previous call's end), so graphs sharing memory never
-    see each other's data. Growing the buffers drops the graphs captured on the smaller ones. They stay allocated
+    per device (a new one whenever none of the device's graphs is left). A call copies its inputs in, replays, and
+    copies its results out before any other call starts (`lock`; across streams, each call's stream waits for the
+    previous call's end), so graphs sharing memory never see each other's data. Growing the buffers drops the graphs captured on the smaller ones. They stay allocated
     for the process (a model deleted or moved to another dtype leaves its device's buffers, sized for its largest
     call): `RecurrenceGraphs.clear()` frees them. `device_graphs` is what talks to CUDA (tests put an eager stand-in
     there to run the rest on a CPU).
@@ -329,7 +329,9 @@ class RecurrenceGraphs:
         """The replay of the graph of `key`, captured from `body` now if there is none (the capture's warm-up run
         writes the static buffers: fill them after)."""
         if key not in cls.graphs:
-            if device not in cls.pools:
+            if not any(kept[0] == device for kept in cls.graphs):
+                # torch frees a pool with the last graph captured into it: its handle takes no more captures (an
+                # internal assertion of torch's allocator, seen on an H100 after a growth dropped every graph)
                 cls.pools[device] = cls.device_graphs.pool(device)
             cls.graphs[key] = cls.device_graphs.capture(body, device, cls.pools[device])
             while len(cls.graphs) > GRAPH_CACHE_SIZE:

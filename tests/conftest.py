@@ -1,11 +1,14 @@
 """Shared fixtures: offline environment, a tiny config, and the converted fixture checkpoints."""
 
 import atexit
+import collections
 import errno
+import itertools
 import json
 import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -157,19 +160,28 @@ def expected_top_layer(name: str, row: int, batch: int) -> np.ndarray:
 
 class EagerGraphs:
     """`gpu_kernels.CudaGraphs` on a CPU (CI has no CUDA): "capturing" runs the body once, as the capture's warm-up
-    does, and "replaying" runs it again; `captures` counts the captures."""
+    does, and "replaying" runs it again; `captures` lists each capture's pool. A pool lives as torch's does: from its
+    first capture until the last graph captured into it is freed; a capture into a pool freed so fails, as torch's
+    allocator does (`INTERNAL ASSERT FAILED ... use_count > 0`)."""
 
     captures: list[tuple] = []
+    graphs_alive: collections.Counter = collections.Counter()
+    made = itertools.count()
 
     @classmethod
     def capture(cls, body, device, pool):
+        if pool in cls.captures and cls.graphs_alive[pool] == 0:
+            raise RuntimeError(f"it->second->use_count > 0 INTERNAL ASSERT FAILED: {pool} was freed with its graphs")
         cls.captures.append(pool)
+        cls.graphs_alive[pool] += 1
         body()
-        return body
+        replay = Replay(body)
+        weakref.finalize(replay, cls.graphs_alive.subtract, [pool])
+        return replay
 
-    @staticmethod
-    def pool(device):
-        return ("pool", device)
+    @classmethod
+    def pool(cls, device):
+        return ("pool", device, next(cls.made))
 
     @staticmethod
     def after(event, device):
@@ -180,11 +192,22 @@ class EagerGraphs:
         pass
 
 
+class Replay:
+    """A stand-in graph: calling it runs the captured body again."""
+
+    def __init__(self, body):
+        self.body = body
+
+    def __call__(self):
+        self.body()
+
+
 @pytest.fixture(autouse=True)
 def graphs_on_cpu(monkeypatch):
     """The graphed recurrence's graphs stood in by eager runs, and none kept from one test to the next."""
     monkeypatch.setattr(RecurrenceGraphs, "device_graphs", EagerGraphs)
     EagerGraphs.captures.clear()
+    EagerGraphs.graphs_alive.clear()
     yield
     RecurrenceGraphs.clear()
 

@@ -99,7 +99,9 @@ def test_a_graph_is_captured_once_per_kind_of_call_and_computes_with_the_current
         graphed_like_the_reference(linears, [4, 4, 4, 4], packed)
         graphed_like_the_reference(linears, [4, 4, 4], packed)
         assert len(EagerGraphs.captures) == 5
-    assert set(EagerGraphs.captures) == {("pool", CPU)}  # one memory pool for every graph of the device
+    # one memory pool for the graphs of the device, a new one after the growth that dropped all of them (torch frees
+    # a pool with its last graph: the stand-in fails a capture into a freed pool, as torch's allocator does)
+    assert len(set(EagerGraphs.captures)) == 2 and EagerGraphs.captures[1] == EagerGraphs.captures[-1]
 
 
 def test_the_buffers_grow_at_least_twofold_so_rising_lengths_drop_the_graphs_a_few_times():
