@@ -294,10 +294,10 @@ class RecurrenceGraphs:
     outputs: views of flat tensors sized for the largest call so far) and takes its temporaries from one memory pool
     per device (a new one whenever none of the device's graphs is left). A call copies its inputs in, replays, and
     copies its results out before any other call starts (`lock`; across streams, each call's stream waits for the
-    previous call's end), so graphs sharing memory never see each other's data. Growing the buffers drops the graphs captured on the smaller ones. They stay allocated
-    for the process (a model deleted or moved to another dtype leaves its device's buffers, sized for its largest
-    call): `RecurrenceGraphs.clear()` frees them. `device_graphs` is what talks to CUDA (tests put an eager stand-in
-    there to run the rest on a CPU).
+    previous call's end), so graphs sharing memory never see each other's data. Growing the buffers drops the graphs
+    captured on the smaller ones. They stay allocated for the process (a model deleted or moved to another dtype
+    leaves its device's buffers, sized for its largest call): `RecurrenceGraphs.clear()` frees them.
+    `device_graphs` is what talks to CUDA (tests put an eager stand-in there to run the rest on a CPU).
     """
 
     device_graphs = CudaGraphs
