@@ -128,27 +128,32 @@ def uses_padded_batches(config) -> bool:
     return torch.compiler.is_exporting() or config.elmo_implementation == "export"
 
 
-def runs_as_written(module: nn.Module, tensors: Iterable[torch.Tensor]) -> bool:
+def runs_as_written(
+    module: nn.Module, tensors: Iterable[torch.Tensor], submodules: list[nn.Module] | None = None
+) -> bool:
     """Whether `module` computes exactly what its stock layers' weights say, for these tensors: each submodule is a
     leaf layer of `LEAF_LAYERS` or an ELMo module of `module`'s own file, of exactly that class, not parametrized,
     without hooks (nor global ones) or a `forward` of its own (accelerate's offload hooks, a patched method), and
     built as the kernels read it (`built_as_read`); no tensor subclass, sparse tensor or mixed floating dtype; no
-    TorchScript, `torch.func` transform, torch function or dispatch mode, or autocast."""
+    TorchScript, `torch.func` transform, torch function or dispatch mode, or autocast. Asked at every call of every
+    ELMo module a kernel may run, so it walks the submodules once: `submodules` is `list(module.modules())` where the
+    caller has it."""
     if torch.jit.is_tracing() or torch.jit.is_scripting() or torch._C._functorch.peek_interpreter_stack() is not None:
         return False
     if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
         return False
     if any(getattr(nn.modules.module, name) for name in _GLOBAL_HOOKS):
         return False
-    for submodule in module.modules():
+    submodules = list(module.modules()) if submodules is None else submodules
+    for submodule in submodules:
         if type(submodule) not in LEAF_LAYERS and type(submodule).__module__ != type(module).__module__:
             return False
         if parametrize.is_parametrized(submodule) or any(getattr(submodule, name) for name in _MODULE_HOOKS):
             return False
         if "forward" in vars(submodule) or not built_as_read(submodule):
             return False
-    parameters = list(module.parameters())
-    tensors = [*tensors, *parameters, *module.buffers()]
+    parameters, buffers = module_tensors(submodules)
+    tensors = [*tensors, *parameters, *buffers]
     dtype, device = parameters[-1].dtype, parameters[-1].device
     same = all(
         type(tensor) in (torch.Tensor, nn.Parameter)
@@ -161,13 +166,21 @@ def runs_as_written(module: nn.Module, tensors: Iterable[torch.Tensor]) -> bool:
     return same and not (torch.amp.is_autocast_available(device.type) and torch.is_autocast_enabled(device.type))
 
 
+def module_tensors(submodules: list[nn.Module]) -> tuple[list[nn.Parameter], list[torch.Tensor]]:
+    """The parameters and buffers held by `submodules` (`list(module.modules())`), in `module.parameters()`'s and
+    `module.buffers()`'s order (a tied one more than once), read off each submodule's own dictionaries: no walk of
+    the tree per question."""
+    parameters = [p for submodule in submodules for p in submodule._parameters.values() if p is not None]
+    return parameters, [b for submodule in submodules for b in submodule._buffers.values() if b is not None]
+
+
 def built_as_read(layer: nn.Module) -> bool:
     """Whether `layer` holds what the kernels read from it, as ELMo builds it: a `Conv1d` over every window of
     consecutive characters (stride 1, no padding, dilation or groups; the kernels multiply the windows), an LSTM
     cell's `UNBIASED_CELL_LAYERS` without bias (a stock `nn.Linear` put in their place has one by default)."""
     if isinstance(layer, nn.Conv1d):
         return (layer.stride, layer.padding, layer.dilation, layer.groups) == ((1,), (0,), (1,), 1)
-    return not hasattr(layer, "hidden_to_gates") or all(
+    return "hidden_to_gates" not in layer._modules or all(
         getattr(getattr(layer, name, None), "bias", None) is None for name in UNBIASED_CELL_LAYERS
     )
 
@@ -177,14 +190,16 @@ def choose_implementation(
 ) -> Callable:
     """The dispatcher: the function of `table` that computes `module`'s call on `tensors` (its inputs; `module`'s
     parameters are checked too) over a packed or padded batch. See the module docstring for the rules."""
-    tracing = traced()
+    tracing, submodules = traced(), list(module.modules())
     reference = table["reference"].function
-    if not tracing and (module.config.elmo_implementation != "auto" or not runs_as_written(module, tensors)):
+    if not tracing and (
+        module.config.elmo_implementation != "auto" or not runs_as_written(module, tensors, submodules)
+    ):
         function = reference
     else:
-        parameter = next(module.parameters())
-        recording = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *module.parameters()))
-        request = KernelRequest(parameter.dtype, parameter.device, recording, packed, tracing)
+        parameters, _ = module_tensors(submodules)
+        recording = torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *parameters))
+        request = KernelRequest(parameters[0].dtype, parameters[0].device, recording, packed, tracing)
         function = next(entry.function for entry in table.values() if entry.supports(request))
     if function is reference and not tracing:
         # A reference runs its sums with torch's thread count, not one the CPU kernels' steps before it in the same
