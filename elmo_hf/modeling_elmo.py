@@ -427,9 +427,17 @@ class ElmoPreTrainedModel(PreTrainedModel):
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
     ) -> nn.Embedding:
         """As transformers' (the tokens are character ids), refusing before anything changes a size the config would
-        refuse: fewer ids than ELMo's 262 (the tokenizer makes them all), or than a dictionary's boundary rows use.
-        Without the check the model resized, then its forward refused the ids and `save_pretrained` its config."""
+        refuse: fewer ids than ELMo's 262 (the tokenizer makes them all), or than a dictionary's boundary rows use;
+        and sizes that are no positive int (the config's strict field would name only itself). Without the check the
+        model resized, then its forward refused the ids and `save_pretrained` its config."""
         if new_num_tokens is not None:
+            for name, value in (("new_num_tokens", new_num_tokens), ("pad_to_multiple_of", pad_to_multiple_of)):
+                if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                    raise TypeError(f"resize_token_embeddings: {name} must be an int, got {value!r}.")
+            if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+                raise ValueError(
+                    f"resize_token_embeddings: pad_to_multiple_of must be positive, got {pad_to_multiple_of}."
+                )
             size = new_num_tokens
             if pad_to_multiple_of is not None:
                 size = -(-new_num_tokens // pad_to_multiple_of) * pad_to_multiple_of

@@ -50,6 +50,27 @@ def test_resize_token_embeddings_below_elmos_character_ids_is_refused_before_any
     assert model.config.char_vocab_size == 320 and model(**inputs).logits.shape[-1] == 3
 
 
+
+@pytest.mark.parametrize(
+    "arguments, error, message",
+    [
+        ((300.0,), TypeError, "new_num_tokens must be an int, got 300.0"),
+        (("300",), TypeError, "new_num_tokens must be an int, got '300'"),
+        ((True,), TypeError, "new_num_tokens must be an int, got True"),
+        ((300, 2.0), TypeError, "pad_to_multiple_of must be an int, got 2.0"),
+        ((300, 0), ValueError, "pad_to_multiple_of must be positive, got 0"),
+        ((300, -8), ValueError, "pad_to_multiple_of must be positive, got -8"),
+    ],
+)
+def test_resize_token_embeddings_to_a_size_that_is_no_positive_int_is_refused_by_name(arguments, error, message):
+    """A float, string or bool size reached the config's strict field, whose error named only the field; a multiple of
+    0 divided by zero and a negative one shrank the table. Refused by the argument's name, nothing changed."""
+    model = ElmoForTokenClassification(tiny_config(num_labels=3))
+    before = model.get_input_embeddings().weight.detach().clone()
+    with pytest.raises(error, match=f"resize_token_embeddings: {message}"):
+        model.resize_token_embeddings(*arguments)
+    assert model.config.char_vocab_size == 262 and torch.equal(model.get_input_embeddings().weight, before)
+
 def pretraining_model() -> ElmoForPreTraining:
     torch.manual_seed(0)
     return ElmoForPreTraining(tiny_config(word_vocab_size=10, pretraining_dropout=0.3))
