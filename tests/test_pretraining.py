@@ -25,7 +25,7 @@ from elmo_hf.corpus.data import (
     load_sentences,
     read_sentences,
 )
-from elmo_hf.corpus.pretraining import model_perplexity
+from elmo_hf.corpus.pretraining import OutputFolder, check_training_options, model_perplexity
 from transformers import AutoModelForPreTraining
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -295,6 +295,31 @@ def test_resume_continues_the_same_run(ptb_slice, tmp_path):
     )
     # resuming with another architecture is refused before anything is trained
     assert pretrain(*flags[:-8], "--lstm-dim", "32", "--max-steps", "6", "--output", stopped, "--resume") == 2
+
+
+def test_resume_refuses_another_number_of_processes(ptb_slice, tmp_path, capsys, monkeypatch):
+    """Each process trains on its share of the text: the run's record keeps its number of processes (WORLD_SIZE),
+    `--resume` refuses another before a process group is started, and a record written before it was kept resumes."""
+    output = tmp_path / "out"
+    flags = ["--train", ptb_slice["train"], "--output", output, *TINY_FLAGS, "--batch-size", "8", "--save-steps", "1"]
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert pretrain(*flags, "--max-steps", "1") == 0
+    record = json.loads((output / "pretraining_run.json").read_text())
+    assert record["training"]["world_size"] == 1
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    capsys.readouterr()
+    assert pretrain(*flags, "--max-steps", "2", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "trained with 1 as its number of processes (WORLD_SIZE), this command with 2" in err
+    assert "(torchrun --nproc_per_node=1), or train again with --overwrite" in err
+    assert not (output / "checkpoint-2").exists()
+    monkeypatch.setenv("WORLD_SIZE", "1")  # the run's number
+    assert pretrain(*flags, "--max-steps", "2", "--resume") == 0
+    del record["training"]["world_size"]  # a record written before the number of processes was kept
+    (output / "pretraining_run.json").write_text(json.dumps(record))
+    check_training_options(OutputFolder(output), {**record["training"], "world_size": 2})  # not checked
+    assert pretrain(*flags, "--max-steps", "3", "--resume") == 0
+    assert (output / "checkpoint-3").is_dir()
 
 
 def test_domain_adaptation_starts_from_a_converted_biLM(converted, ptb_slice, tmp_path):

@@ -108,9 +108,10 @@ OPTIMIZERS = tuple(name.value for name in OptimizerNames)
 SCHEDULERS = tuple(name.value for name in SchedulerType)
 # Trainer's schedules that take no warm-up: with them, --warmup-steps would be ignored without a word.
 SCHEDULERS_WITHOUT_WARMUP = ("constant", "reduce_lr_on_plateau", "greedy")
-# Options that decide how a run updates its weights, kept in its record: `--resume` refuses other values, which Trainer
-# would ignore without a word (the learning rate comes back from the saved optimizer and scheduler) or mix into one
-# model whose config.json claims only the last (dropout, the softmax).
+# Options that decide how a run updates its weights, kept in its record with its number of processes (`world_size`,
+# which decides each process's share of the text): `--resume` refuses other values, which Trainer would ignore without
+# a word (the learning rate comes back from the saved optimizer and scheduler) or mix into one model whose
+# config.json claims only the last (dropout, the softmax).
 TRAINING_OPTIONS = ("learning_rate", "lr_scheduler", "warmup_steps", "batch_size", "gradient_accumulation_steps",
                     "max_grad_norm", "dropout", "softmax", "num_samples", "seed")
 # Schedules whose learning rate does not depend on the run's length: a resumed run may then stop at another step.
@@ -507,7 +508,8 @@ class OutputFolder:
 
     def start(self, resume: bool, optimizer: str, training: dict, report: Callable[[str], None]) -> str:
         """Prepares the folder for this run and returns its run id (the recorded one where `resume`); the record
-        keeps the optimizer, whose state a resumed run loads, and the `training` options (`training_options`)."""
+        keeps the optimizer, whose state a resumed run loads, and the `training` options (`training_options`) with
+        the number of processes."""
         if resume:
             for leftover in self.path.glob(f"{_FINAL_STAGING_PREFIX}*"):  # a model save of this run cut short
                 shutil.rmtree(leftover, ignore_errors=True)
@@ -578,12 +580,22 @@ def training_options(values: dict) -> dict:
 
 
 def check_training_options(folder: OutputFolder, training: dict) -> None:
-    """Refuses `--resume` with training options other than the recorded run's (a record written before they were
-    recorded is not checked)."""
+    """Refuses `--resume` with training options or a number of processes (`world_size`) other than the recorded
+    run's (a record written before they were recorded is not checked for them)."""
     recorded = folder.record.get("training")
     if not isinstance(recorded, dict):
         return
-    different = [name for name in sorted(set(recorded) | set(training)) if recorded.get(name) != training.get(name)]
+    processes = recorded.get("world_size", training["world_size"])
+    if processes != training["world_size"]:
+        raise PreTrainingError(
+            f"--resume: the run in {folder.path} was trained with {processes} as its number of processes "
+            f"(WORLD_SIZE), this command with {training['world_size']}; each process trains on its share of the "
+            "text, so another number would train on other text than the run's and mix two schedules into one model. "
+            f"Resume with the run's number of processes (torchrun --nproc_per_node={processes}), or train again "
+            "with --overwrite."
+        )
+    names = (set(recorded) | set(training)) - {"world_size"}
+    different = [name for name in sorted(names) if recorded.get(name) != training.get(name)]
     if different:
         options = ", ".join(f"--{name.replace('_', '-')} {recorded.get(name, 'not given')} (now {training.get(name)})"
                             for name in different)
@@ -648,7 +660,8 @@ def pretrain(
     checkpoint.
     """
     check_options(locals())
-    training = training_options(locals())
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's number of processes
+    training = {**training_options(locals()), "world_size": world_size}
     if resume and overwrite:
         raise PreTrainingError("--resume and --overwrite exclude each other: continue the run, or start it again.")
     if streaming and max_steps <= 0:
@@ -705,7 +718,6 @@ def pretrain(
     pretraining_model = load_model(model, vocabulary, config, options)
     if resume_from is not None:
         check_architecture(resume_from, pretraining_model.config)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if streaming:
         train_dataset = ElmoTextDataset(train, errors=errors)
     else:
