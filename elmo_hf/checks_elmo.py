@@ -243,7 +243,9 @@ def check_mix_inputs(mix: nn.Module, hidden_states: tuple[torch.Tensor, ...], ma
     if mask is None and mix.layer_norm == "batch":
         raise ValueError("layer_norm='batch' needs the word mask: pass the tokenizer's attention_mask as mask.")
     trains = torch.is_grad_enabled() and (mix.scalar_parameters.requires_grad or mix.gamma.requires_grad)
-    if trains and any(layer.is_inference() for layer in hidden_states):
+    # A trace cannot ask `is_inference()` (a fundamental graph break of torch.compile): there torch's own error stays.
+    traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
+    if trains and not traced and any(layer.is_inference() for layer in hidden_states):
         raise RuntimeError(
             "ElmoScalarMix got layers computed under torch.inference_mode(), which cannot train its weights. "
             "Compute them under torch.no_grad() instead (the biLM stays frozen), or also run the mix under "

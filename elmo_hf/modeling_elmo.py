@@ -867,7 +867,15 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         penalty = sum(mix.l2_penalty() for mix in self._scalar_mixes())
         if num_items_in_batch is None:
             return penalty
-        return penalty * labels.ne(-100).sum() / num_items_in_batch
+        return penalty * self._batch_share(labels, num_items_in_batch)
+
+    @staticmethod
+    def _batch_share(labels: torch.Tensor, num_items_in_batch: torch.Tensor | int) -> torch.Tensor:
+        """This batch's labelled items over `num_items_in_batch`: 0, not 0/0, where the accumulated batches hold none
+        (the NaN's gradient would reach the weights through `_labelled_loss`'s `torch.where`)."""
+        if isinstance(num_items_in_batch, torch.Tensor):
+            return labels.ne(-100).sum() / num_items_in_batch.clamp(min=1)
+        return labels.ne(-100).sum() / max(num_items_in_batch, 1)
 
     @staticmethod
     def _loss_without_labelled_items(logits: torch.Tensor) -> torch.Tensor:
@@ -877,17 +885,13 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
         return logits.sum() * 0.0
 
     def _labelled_loss(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """`loss`, or `_loss_without_labelled_items` for a batch without a labelled item; a `torch.cond` where the
-        forward cannot read the labels (`_reads_input_values`), which differentiates only the branch taken."""
+        """`loss`, or `_loss_without_labelled_items` for a batch without a labelled item; a `torch.where` where the
+        forward cannot read the labels (`_reads_input_values`): the unused loss's gradient is then zero, as its
+        items are all ignored (a `torch.cond` failed inductor's backward under `torch.compile`)."""
         labelled = labels.ne(-100).any()
         if self._reads_input_values():
             return loss if bool(labelled) else self._loss_without_labelled_items(logits)
-        return torch.cond(
-            labelled,
-            lambda loss, logits: loss.clone(),
-            lambda loss, logits: self._loss_without_labelled_items(logits).to(loss.dtype),
-            (loss, logits),
-        )
+        return torch.where(labelled, loss, self._loss_without_labelled_items(logits).to(loss.dtype))
 
 
 class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
@@ -991,7 +995,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
             if self.config.problem_type != "single_label_classification" and num_items_in_batch is not None:
                 # The stock regression and multi-label losses are means that ignore `num_items_in_batch`; make them
                 # sums over it, as the cross-entropy is, so gradient accumulation matches one large batch.
-                loss = loss * labels.ne(-100).sum() / num_items_in_batch
+                loss = loss * self._batch_share(labels, num_items_in_batch)
             loss = self._labelled_loss(loss + self._l2_penalty(labels, num_items_in_batch), logits, labels)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 

@@ -27,7 +27,7 @@ def labels_for(head, mask: torch.Tensor, labelled: bool) -> torch.Tensor:
 @pytest.mark.parametrize("head_class", [ElmoForTokenClassification, ElmoForSequenceClassification])
 def test_torch_export_of_a_head_with_labels_equals_eager(head_class):
     """The label checks and the no-labelled-word branch read the labels' values, which torch.export cannot trace
-    (GuardOnDataDependentSymNode); the exported head checks nothing and branches with `torch.cond` instead."""
+    (GuardOnDataDependentSymNode); the exported head checks nothing and selects with `torch.where` instead."""
     torch.manual_seed(0)
     head = head_class(tiny_config(num_labels=3)).eval()
     ids, mask = padded_batch([3, 2], seed=0)
@@ -49,3 +49,33 @@ def test_torch_export_of_a_head_with_labels_equals_eager(head_class):
         torch.testing.assert_close(actual.loss, expected.loss, atol=1e-6, rtol=1e-5)
     assert float(expected.loss) == 0.0  # the last batch has no labelled item
 
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_training_a_head_under_torch_compile_fullgraph_on_the_export_path_equals_eager(backend):
+    """`torch.compile(fullgraph=True)` of a tagger on the export path, trained: the scalar mix's inference-tensor
+    check (`Tensor.is_inference()`, which Dynamo cannot trace) broke the graph, and the no-labelled-word branch's
+    `torch.cond` failed inductor's backward. Loss and gradients equal eager's; a batch without a labelled word, its
+    items counted as none over the accumulated batches, gives a loss of 0 and zero gradients, not NaN."""
+    torch.manual_seed(0)
+    head = ElmoForTokenClassification(tiny_config(num_labels=3, elmo_implementation="export", elmo_dropout=0.0))
+    head.train()
+    compiled = torch.compile(head, fullgraph=True, backend=backend)
+    ids, mask = padded_batch([3, 2], seed=0)
+    for labelled, items in ((True, None), (False, torch.tensor(0))):
+        labels = labels_for(head, mask, labelled)
+        results = []
+        for model in (head, compiled):
+            head.zero_grad()
+            kwargs = {} if items is None else {"num_items_in_batch": items}
+            loss = model(ids, attention_mask=mask, labels=labels, **kwargs).loss
+            loss.backward()
+            gradients = {name: p.grad.clone() for name, p in head.named_parameters() if p.grad is not None}
+            results.append((loss.detach(), gradients))
+        (expected, expected_gradients), (actual, gradients) = results
+        torch.testing.assert_close(actual, expected, atol=1e-6, rtol=1e-5)
+        assert gradients.keys() == expected_gradients.keys() and gradients
+        for name, gradient in gradients.items():
+            torch.testing.assert_close(gradient, expected_gradients[name], atol=1e-6, rtol=1e-5, msg=name)
+        if not labelled:
+            assert float(actual) == 0.0 and all(not gradient.any() for gradient in gradients.values())
