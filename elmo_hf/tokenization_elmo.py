@@ -14,6 +14,7 @@
 """Character-level tokenizer for ELMo: one row of character ids per word, from UTF-8 bytes or a dictionary."""
 
 import json
+import numbers
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -61,6 +62,14 @@ def _check_max_characters_per_token(max_characters_per_token: int) -> None:
             f"max_characters_per_token must be an int >= 3 (begin-word, one character, end-word), got "
             f"{max_characters_per_token!r}; the released ELMo models use 50."
         )
+
+
+def _check_word_counts(max_length: Any, pad_to_multiple_of: Any) -> None:
+    """Raise unless `max_length` is `None` or an int >= 0 and `pad_to_multiple_of` `None` or an int >= 1: other values
+    fail deep inside the padding arithmetic (0, floats) or silently truncate or pad to a meaningless length (< 0)."""
+    for name, value, least in (("max_length", max_length, 0), ("pad_to_multiple_of", pad_to_multiple_of, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least):
+            raise ValueError(f"{name} counts words, so it must be None or an int >= {least}; got {value!r}.")
 
 
 def word_to_char_ids(word: str, max_characters_per_token: int = 50) -> list[int]:
@@ -380,6 +389,13 @@ class ElmoTokenizer(PreTrainedTokenizer):
         char_ids = [int(char_id) for char_id in char_ids]
         if not any(char_ids):
             return str(self.pad_token)
+        known = range(1, CHAR_VOCAB_SIZE) if self.char_vocab is None else self._char_entries
+        unknown = [char_id for char_id in char_ids[: self.max_characters_per_token] if char_id not in known]
+        if unknown:  # else they would be dropped or decoded as something they are not
+            raise ValueError(
+                f"The row {char_ids} holds {unknown[0]}, which is no character id of this tokenizer; decode rows of "
+                "the `input_ids` it makes."
+            )
         if self.char_vocab is not None:
             entries = self._char_entries
             chars = [entries.get(char_id) for char_id in char_ids[1 : self.max_characters_per_token]]
@@ -419,6 +435,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         """Decode a row to its word, a sentence's rows to its space-joined words, and a batch to a list of those."""
         token_ids = to_py_obj(token_ids)
         depth = _scalar_depth(token_ids)
+        if depth is not None and depth > 3:
+            raise ValueError(
+                f"decode takes a row of ids, a sentence's rows or a batch of those (at most 3 axes), got {depth} axes."
+            )
         if depth == 3 or (depth is None and token_ids):  # rows are never empty: nested empty lists are a batch
             return [
                 self._decode(sequence, skip_special_tokens=skip_special_tokens, **kwargs) for sequence in token_ids
@@ -503,6 +523,32 @@ class ElmoTokenizer(PreTrainedTokenizer):
             candidates += np.flatnonzero(kept == 0).tolist()
         for index in candidates:
             out[rows[index]] = self.word_to_ids(words[index])
+
+    def _get_padding_truncation_strategies(
+        self,
+        padding: bool | str | PaddingStrategy = False,
+        truncation: bool | str | TruncationStrategy | None = None,
+        max_length: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        verbose: bool = True,
+        **kwargs,
+    ) -> tuple[PaddingStrategy, TruncationStrategy, int | None, dict[str, Any]]:
+        """As the base class, after checking the word counts (`_check_word_counts`) and refusing
+        `truncation="only_second"`, which would otherwise truncate the one sentence there is."""
+        _check_word_counts(max_length, pad_to_multiple_of)
+        if truncation == TruncationStrategy.ONLY_SECOND:
+            raise ValueError(
+                'truncation="only_second" truncates the second sentence of a pair, but ElmoTokenizer encodes single '
+                "sentences; use truncation=True."
+            )
+        return super()._get_padding_truncation_strategies(
+            padding=padding,
+            truncation=truncation,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            verbose=verbose,
+            **kwargs,
+        )
 
     def _encode_plus(
         self,
@@ -663,16 +709,19 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if not isinstance(text, (list, tuple)):
             raise TypeError(
                 "ElmoTokenizer expects a str, a list of str, or with is_split_into_words=True a list of words or a "
-                f"list of word lists; got {type(text).__name__}."
+                f"list of word lists; got {type(text).__name__}. Convert arrays and other sequences with `.tolist()` "
+                "or `list()`, and bytes to str with `.decode()`."
             )
         if is_split_into_words:
             return len(text) > 0 and isinstance(text[0], (list, tuple))
         for example_index, example in enumerate(text):
             if not isinstance(example, str):
-                raise TypeError(
-                    f"Example {example_index} is {type(example).__name__}, expected str; to pass words that are "
-                    "already split, use is_split_into_words=True."
+                hint = (
+                    "to pass words that are already split, use is_split_into_words=True"
+                    if isinstance(example, (list, tuple))
+                    else "convert every example to a str (bytes with `.decode()`) before tokenizing"
                 )
+                raise TypeError(f"Example {example_index} is {type(example).__name__}, expected str; {hint}.")
         return True
 
     def pad(
@@ -688,8 +737,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
     ) -> BatchEncoding:
         """
         Pad one example or a batch (dicts, a list of dicts, lists or tensors) with padding words; see
-        [`~PreTrainedTokenizerBase.pad`]. `max_length` counts words.
+        [`~PreTrainedTokenizerBase.pad`]. `max_length` counts words. An empty list, like `input_ids` without rows,
+        is an empty batch and stays one.
         """
+        _check_word_counts(max_length, pad_to_multiple_of)
+        if isinstance(encoded_inputs, (list, tuple)) and not encoded_inputs:
+            encoded_inputs = {"input_ids": []}
         pad_kwargs = {
             "padding": padding,
             "max_length": max_length,
@@ -705,6 +758,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
             return BatchEncoding({key: value[0] for key, value in padded.items()})
         padded = super().pad(encoded_inputs, **pad_kwargs)
         if return_tensors is not None:  # a batch of examples without words (data collators) keeps its word axes
+            padded = BatchEncoding(padded, tensor_type=return_tensors)  # the base class returns an empty one as given
             _restore_empty_axes(padded, self.row_width)
         return padded
 
