@@ -299,6 +299,34 @@ def check_label_ids(labels: torch.Tensor, num_labels: int, check_values: bool = 
         )
 
 
+def token_labels(
+    labels: torch.Tensor, mask: torch.Tensor, num_labels: int, check_values: bool = True
+) -> torch.Tensor:
+    """Checks a token classifier's `labels` against the `(batch_size, sequence_length)` word `mask` and returns them as
+    int64 ids. A label on a padding position (more labels than words, as when `truncation=True` cuts the words but
+    not the labels, which `DataCollatorForTokenClassification` then pads to the batch's longest sentence) would be
+    trained on silently: it is refused. `check_values=False` checks types and shapes only (`check_label_ids`)."""
+    ids = class_ids(labels)
+    if tuple(ids.shape) != tuple(mask.shape):
+        raise ValueError(
+            f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
+            f"(-100 for padding), got {tuple(ids.shape)}."
+        )
+    check_label_ids(ids, num_labels, check_values)
+    if check_values:
+        labelled_padding = (ids != -100) & ~mask
+        if bool(labelled_padding.any()):
+            row, position = (int(index) for index in labelled_padding.nonzero()[0])
+            unsigned = "" if labels.dtype.is_signed else f" (labels of dtype {labels.dtype} cannot hold -100)"
+            raise ValueError(
+                f"labels give position {position} of row {row} label id {int(ids[row, position])}, but that "
+                f"position is padding (words in the row: {int(mask[row].sum())}): each sentence needs one label per "
+                f"word and -100 for padding{unsigned}. Truncating the words (truncation=True, max_length) leaves the "
+                "labels whole: cut them to the words kept, labels[:len(encoding['input_ids'])]."
+            )
+    return ids
+
+
 def sequence_labels(
     labels: torch.Tensor, batch_size: int, config: ElmoConfig, check_values: bool = True
 ) -> torch.Tensor:
@@ -323,7 +351,8 @@ def sequence_labels(
         if labels.dim() != 1:
             raise ValueError(
                 f"class-id labels must have shape (batch_size,), got {tuple(labels.shape)}; multi-label targets "
-                "are floats of shape (batch_size, num_labels)."
+                "are floats of shape (batch_size, num_labels), or integers (0/1) with "
+                "config.problem_type='multi_label_classification'."
             )
         check_label_ids(labels, num_labels, check_values)
         return labels

@@ -45,17 +45,16 @@ from transformers.utils.generic import can_return_tuple
 
 from .checks_elmo import (
     check_bilm_trainable,
-    check_label_ids,
     check_mix_arguments,
     check_mix_inputs,
     check_model_inputs,
     check_num_labels,
     check_right_padded,
     check_unread_arguments,
-    class_ids,
     initial_lstm_state,
     pretraining_labels,
     sequence_labels,
+    token_labels,
 )
 from .configuration_elmo import ElmoConfig
 from .kernels_elmo import (
@@ -932,13 +931,7 @@ class ElmoForTokenClassification(ElmoPreTrainedTaskModel):
         check_num_labels(self, logits)
         loss = None
         if labels is not None:
-            labels = class_ids(labels)
-            if tuple(labels.shape) != tuple(mask.shape):
-                raise ValueError(
-                    f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "
-                    f"(-100 for padding), got {tuple(labels.shape)}."
-                )
-            check_label_ids(labels, self.config.num_labels, self._reads_input_values())
+            labels = token_labels(labels, mask, self.config.num_labels, self._reads_input_values())
             loss = self.loss_function(logits, labels, self.config, **kwargs)
             loss = loss + self._l2_penalty(labels, kwargs.get("num_items_in_batch"))
             loss = self._labelled_loss(loss, logits, labels)
