@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .packaged_elmo import resolve_model_name
+from .packaged_elmo import check_save_directory, resolve_model_name
 from .tokenization_elmo import CHAR_VOCAB_SIZE
 
 if TYPE_CHECKING:
@@ -254,6 +254,25 @@ class ElmoConfig(PreTrainedConfig):
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args, **kwargs) -> "ElmoConfig":
         """Loads as usual; the name of a packaged model (`elmo_hf.packaged_models()`) loads its config offline."""
         return super().from_pretrained(resolve_model_name(pretrained_model_name_or_path), *args, **kwargs)
+
+    @classmethod
+    def get_config_dict(
+        cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """As transformers', refusing a folder without `config.json` (or whose `config.json` is `{}` or no JSON
+        object): transformers reads it as `{}`, which built the default (4096-cell) architecture over the weights."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if not isinstance(config_dict, dict) or not config_dict:
+            raise OSError(
+                f"{os.fspath(pretrained_model_name_or_path)} has no ELMo config: its config.json is missing, empty or "
+                f"not a JSON object. Load a folder written by save_pretrained, or pass config=ElmoConfig(...)."
+            )
+        return config_dict, kwargs
+
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
+        """As transformers', with a path that is a file refused by `check_save_directory`."""
+        check_save_directory(save_directory)
+        super().save_pretrained(save_directory, push_to_hub, **kwargs)
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs) -> "ElmoConfig | tuple[ElmoConfig, dict[str, Any]]":

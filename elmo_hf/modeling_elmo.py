@@ -35,12 +35,13 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
-from transformers.utils import logging
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, logging
 from transformers.utils.generic import can_return_tuple
 
 from .checks_elmo import (
@@ -66,7 +67,7 @@ from .kernels_elmo import (
     traced,
     uses_padded_batches,
 )
-from .packaged_elmo import resolve_model_name
+from .packaged_elmo import check_save_directory, resolve_model_name
 from .reference_elmo import (
     ACTIVATIONS,
     LstmLinears,
@@ -457,11 +458,37 @@ class ElmoPreTrainedModel(PreTrainedModel):
         logging.disable_progress_bar()
         try:
             loaded = super().from_pretrained(resolve_model_name(pretrained_model_name_or_path), *args, **kwargs)
+        except SafetensorError as error:
+            # safetensors names neither the file nor the cause a user can act on.
+            raise OSError(
+                f"The weights of {pretrained_model_name_or_path} cannot be read ({error}): a .safetensors "
+                f"file there is cut short or not a safetensors file. Save or download the model again."
+            ) from error
         finally:
             if shown:
                 logging.enable_progress_bar()
         align_in_memory(loaded[0] if isinstance(loaded, tuple) else loaded)
         return loaded
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        """As transformers', but a path that is a file raises (`check_save_directory`) instead of saving nothing, and
+        a previous save's weights in the other layout are removed: transformers left a `model.safetensors` beside
+        new shards, and `from_pretrained` then loaded it, the old weights, without a word."""
+        check_save_directory(save_directory)
+        layouts = [os.path.join(save_directory, name) for name in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME)]
+
+        def stats() -> list[tuple[int, int, int] | None]:
+            """Each layout's file as identity, size and modification time (`None` where absent)."""
+            found = [os.stat(path) if os.path.isfile(path) else None for path in layouts]
+            return [stat and (stat.st_ino, stat.st_size, stat.st_mtime_ns) for stat in found]
+
+        before = stats()
+        super().save_pretrained(save_directory, *args, **kwargs)
+        written = [old != new and new is not None for old, new in zip(before, stats())]
+        if kwargs.get("variant") is None and kwargs.get("is_main_process", True) and sum(written) == 1:
+            stale = layouts[written.index(False)]
+            if os.path.isfile(stale):
+                os.remove(stale)
 
 
 class ElmoModel(ElmoPreTrainedModel):

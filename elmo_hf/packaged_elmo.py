@@ -11,8 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The models shipped inside the package, loaded offline by name wherever a model is named."""
+"""The models shipped inside the package, loaded offline by name wherever a model is named; and the check of a folder
+every `save_pretrained` (config, tokenizer, model) writes."""
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -45,4 +47,22 @@ def resolve_model_name(name_or_path: Any) -> Any:
     return name_or_path
 
 
-__all__ = ["DEFAULT_MODEL", "PACKAGED_MODELS_DIR", "packaged_model_path", "packaged_models", "resolve_model_name"]
+def check_save_directory(save_directory: str | os.PathLike) -> None:
+    """Raises `NotADirectoryError` where `save_directory` is a file: transformers logs an error and saves nothing
+    for a model or tokenizer (the caller goes on as if saved), and raises a bare `AssertionError` for a config."""
+    if os.path.isfile(save_directory):
+        raise NotADirectoryError(
+            errno.ENOTDIR,
+            "save_pretrained writes a folder, but this is a file: choose another path or remove the file",
+            os.fspath(save_directory),
+        )
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "PACKAGED_MODELS_DIR",
+    "check_save_directory",
+    "packaged_model_path",
+    "packaged_models",
+    "resolve_model_name",
+]

@@ -27,7 +27,7 @@ from transformers import BatchEncoding, PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy, TensorType, is_torch_available, to_py_obj
 
-from .packaged_elmo import resolve_model_name
+from .packaged_elmo import check_save_directory, resolve_model_name
 
 
 if is_torch_available():
@@ -301,6 +301,12 @@ class ElmoTokenizer(PreTrainedTokenizer):
         if index in _NAMED_CHAR_IDS:
             return _NAMED_CHAR_IDS[index]
         raise ValueError(f"Character id {index} is outside the ELMo character vocabulary [0, {CHAR_VOCAB_SIZE}).")
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> tuple[str, ...]:
+        """As transformers', but a path that is a file raises (`check_save_directory`): transformers logged an error
+        and saved nothing."""
+        check_save_directory(save_directory)
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         """Writes `vocab.json` in dictionary mode; the byte vocabulary is fixed, so there is no file to save."""
