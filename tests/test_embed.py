@@ -411,7 +411,7 @@ def _damaged_copy(model_dir: Path, folder: Path, damage: str) -> Path:
         ("a weight missing", "its weights lack bilm.layers.1.forward_cell.projection.weight;"),
         ("more layers", "its weights lack bilm.layers.2."),
         ("another width", "its weights hold .* in another shape than its config.json says"),
-        ("weights truncated", "cannot be loaded \\(Error while deserializing"),
+        ("weights truncated", "cannot be loaded \\(The weights of .* cannot be read \\(Error while deserializing"),
         ("config a list", "config.json holds a JSON list, not an object"),
         ("no config", "the folder has no config.json"),
         ("fewer characters", "writes 50 ids per word but its model reads 20"),
