@@ -4,7 +4,6 @@ problem, never a silently wrong model."""
 
 import copy
 import errno
-import importlib.util
 import json
 import os
 import pickle
@@ -95,8 +94,6 @@ def test_a_float16_model_saved_and_loaded_gives_the_same_bits(saved, inputs, tmp
 
 @pytest.mark.parametrize("options", [{"low_cpu_mem_usage": True}, {"device_map": "cpu"}, {"device_map": "auto"}])
 def test_low_cpu_mem_usage_and_device_map_on_a_cpu_load_the_same_bits(options, saved, inputs):
-    if "device_map" in options and importlib.util.find_spec("accelerate") is None:
-        pytest.skip("device_map needs accelerate")
     model, folder = saved
     assert torch.equal(outputs(ElmoModel.from_pretrained(folder, **options), inputs), outputs(model, inputs))
 
