@@ -341,7 +341,8 @@ class ElmoConfig(PreTrainedConfig):
                 )
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """An int (not a bool)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -351,14 +352,14 @@ def is_finite_number(value: Any) -> bool:
 
 
 def _is_int_row(row: Any) -> bool:
-    return isinstance(row, (list, tuple)) and all(_is_int(value) for value in row)
+    return isinstance(row, (list, tuple)) and all(is_int(value) for value in row)
 
 
 def _is_filter_bank(bank: Any) -> bool:
-    return isinstance(bank, (list, tuple)) and len(bank) == 2 and all(_is_int(v) and v >= 1 for v in bank)
+    return isinstance(bank, (list, tuple)) and len(bank) == 2 and all(is_int(v) and v >= 1 for v in bank)
 
 
-_POSITIVE_INT = (lambda v: _is_int(v) and v >= 1, "a positive integer")
+_POSITIVE_INT = (lambda v: is_int(v) and v >= 1, "a positive integer")
 # A clip beyond float32's largest value clips nothing a float32 model holds, and torch cannot clamp float32 with it.
 _LARGEST_CLIP = 3.4028234663852886e38
 _CLIP = (
@@ -366,7 +367,7 @@ _CLIP = (
     "positive or None (no clipping), and finite, at most float32's largest value (3.4e38)",
 )
 _NON_NEGATIVE = (lambda v: is_finite_number(v) and v >= 0, "a finite number >= 0")
-_NO_WORD_EMBEDDING_OR_SIZE = (lambda v: _is_int(v) and v >= 0, "an integer >= 0 (0: no word embedding)")
+_NO_WORD_EMBEDDING_OR_SIZE = (lambda v: is_int(v) and v >= 0, "an integer >= 0 (0: no word embedding)")
 # Each field's own constraint, checked whenever it is set: (test, what a valid value is).
 _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "char_vocab_size": _POSITIVE_INT,
@@ -377,7 +378,7 @@ _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "None (UTF-8 byte ids) or the two rows of ids of <S> and </S>",
     ),
     "max_characters_per_token": (
-        lambda v: _is_int(v) and v >= 3,
+        lambda v: is_int(v) and v >= 3,
         "an integer of at least 3 (begin-of-word, one byte, end-of-word)",
     ),
     "char_embedding_dim": _POSITIVE_INT,
@@ -386,7 +387,7 @@ _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a non-empty list of [width, num_filters] banks of positive integers",
     ),
     "activation": (lambda v: v in ELMO_ACTIVATIONS, f"one of {ELMO_ACTIVATIONS}"),
-    "num_highway_layers": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "num_highway_layers": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
     "projection_dim": _POSITIVE_INT,
     "lstm_dim": _POSITIVE_INT,
     "num_layers": _POSITIVE_INT,
@@ -400,11 +401,11 @@ _FIELD_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "scalar_mix_layer_norm": (lambda v: v in SCALAR_MIX_LAYER_NORMS, f"one of {SCALAR_MIX_LAYER_NORMS}"),
     "elmo_dropout": (lambda v: is_finite_number(v) and 0 <= v < 1, "in [0, 1) (1 would zero every ELMo vector)"),
     "scalar_mix_l2_coefficient": _NON_NEGATIVE,
-    "task_lstm_dim": (lambda v: v is None or (_is_int(v) and v >= 1), "a positive integer or None (no task biLSTM)"),
+    "task_lstm_dim": (lambda v: v is None or (is_int(v) and v >= 1), "a positive integer or None (no task biLSTM)"),
     "task_lstm_layers": _POSITIVE_INT,
     "elmo_implementation": (lambda v: v in ELMO_IMPLEMENTATIONS, f"one of {ELMO_IMPLEMENTATIONS}"),
     "word_vocab_size": (
-        lambda v: v is None or (_is_int(v) and v >= 3),
+        lambda v: v is None or (is_int(v) and v >= 3),
         "None or an integer of at least 3 (</S>, <S>, <UNK>)",
     ),
     "softmax_type": (lambda v: v in SOFTMAX_TYPES, f"one of {SOFTMAX_TYPES}"),

@@ -57,7 +57,7 @@ from .checks_elmo import (
     sequence_labels,
     token_labels,
 )
-from .configuration_elmo import ElmoConfig
+from .configuration_elmo import ElmoConfig, is_int
 from .kernels_elmo import (
     DIRECTIONS_IMPLEMENTATIONS,
     RECURRENCE_IMPLEMENTATIONS,
@@ -432,7 +432,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         model resized, then its forward refused the ids and `save_pretrained` its config."""
         if new_num_tokens is not None:
             for name, value in (("new_num_tokens", new_num_tokens), ("pad_to_multiple_of", pad_to_multiple_of)):
-                if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                if value is not None and not is_int(value):
                     raise TypeError(f"resize_token_embeddings: {name} must be an int, got {value!r}.")
             if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
                 raise ValueError(
