@@ -64,6 +64,8 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -511,6 +513,11 @@ def profile_rows(args, device: torch.device) -> Iterator[str]:
             by_name.setdefault(event.name, []).append(event.device_time / 1e3)
         top = sorted(by_name.items(), key=lambda item: -sum(item[1]))[: args.profile_top]
         yield f"{name}: {wall * 1e3:.1f} ms wall (profiled), {len(kernels)} kernels, GPU busy {busy:.1f} ms"
+        with torch.inference_mode(inference):
+            waits = synchronisations(call, device)
+        yield f"  host synchronisations: {sum(waits.values())} (" + ", ".join(
+            f"{place} {count}x" for place, count in waits.most_common()
+        ) + ")"
         for kernel, times in top:
             yield f"    {sum(times):8.2f} ms {len(times):6d}x  {kernel[:110]}"
         host = cProfile.Profile()
@@ -526,6 +533,23 @@ def profile_rows(args, device: torch.device) -> Iterator[str]:
             lines = [line for line in report.getvalue().splitlines() if line.strip()]
             yield f"  host (cProfile, {wall * 1e3:.1f} ms wall), functions by {order} time:"
             yield from (f"    {line[:150]}" for line in lines[-2 * args.profile_top - 1 :])
+
+
+def synchronisations(call: Callable[[], object], device: torch.device) -> Counter:
+    """Where one `call` makes the host wait for the device (torch's sync debug mode: `.item()`, `.tolist()`, boolean
+    indexing, `nonzero`, `unique`...), as `file:line` of the Python that asked, with counts; none on a CPU. A wait
+    after the call has queued heavy work stalls the host for that work; waits before it cost a round trip each."""
+    if device.type != "cuda":
+        return Counter()
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            call()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    return Counter(f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchroniz" in str(w.message))
 
 
 def main() -> int:

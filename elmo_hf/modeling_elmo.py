@@ -534,20 +534,25 @@ class ElmoModel(ElmoPreTrainedModel):
 
         A packed batch runs the token layer once per distinct row of ids (characters, and the word id if any) and the
         two boundary tokens, never on padding; a padded one (the export path) on every position, taking no shape from
-        the data.
+        the data. The packed path reads the data on the host twice, both before the token layer is launched (where the
+        words are, which rows are distinct): on a GPU the host then queues the rest of the forward while the token
+        layer runs, instead of waiting for it.
         """
         batch_size, sequence_length = mask.shape
         lengths = mask.sum(1)
         boundaries = self.boundary_char_ids.to(input_ids)
         if packed:
-            words = torch.cat([boundaries, input_ids[mask]])
+            rows, positions = mask.nonzero(as_tuple=True)
+            words = torch.cat([boundaries, input_ids[rows, positions]])
             distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
-            embeddings = self.token_encoder(distinct_ids)[occurrences]
-            tokens = embeddings.new_zeros(batch_size, sequence_length + 2, embeddings.shape[-1])
-            tokens[:, 0] = embeddings[0]
-            tokens[:, 1 : sequence_length + 1][mask] = embeddings[2:]
-            tokens[torch.arange(batch_size, device=mask.device), lengths + 1] = embeddings[1]
-            return tokens
+            embeddings = self.token_encoder(distinct_ids)
+            # Each position's row of `embeddings`, padding the zero row appended to them: one gather.
+            table = nn.functional.pad(embeddings, (0, 0, 0, 1))
+            where = occurrences.new_full((batch_size, sequence_length + 2), embeddings.shape[0])
+            where[:, 0] = occurrences[0]
+            where[rows, positions + 1] = occurrences[2:]
+            where[torch.arange(batch_size, device=mask.device), lengths + 1] = occurrences[1]
+            return table[where]
         embeddings = self.token_encoder(torch.cat([boundaries, input_ids.reshape(-1, self.config.row_width)]))
         words = embeddings[2:].view(batch_size, sequence_length, embeddings.shape[-1]) * mask.unsqueeze(-1)
         tokens = nn.functional.pad(words, (0, 0, 1, 1))

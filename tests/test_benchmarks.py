@@ -171,6 +171,7 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
         "inference float32, batch 256", "inference bfloat16, batch 256", "training ptb, batch 2"
     ]
     assert result.stdout.count("functions by cumulative time") == 3
+    assert result.stdout.count("host synchronisations: 0 ()") == 3  # counted on CUDA only
     float32 = next(row for row in rows if row[0].strip() == "float32")  # the exactness table's row
     assert all(float(cell.split()[0]) <= 1e-5 for cell in float32[1:])
     # Triton vs reference (on a CPU the fused recurrence only: graphs need CUDA)
