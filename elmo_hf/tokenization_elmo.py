@@ -102,6 +102,16 @@ def _scalar_depth(value: Any) -> int | None:
     return depth + getattr(value, "ndim", 0)
 
 
+def _check_integer_ids(ids: Sequence[Any]) -> None:
+    """Raises where an id is no integer (a float or a bool): `int()` would turn 104.5 into another character."""
+    wrong = next((value for value in ids if isinstance(value, bool) or not isinstance(value, numbers.Integral)), None)
+    if wrong is not None:
+        where = f" in the row {list(ids)}" if len(ids) > 1 else ""
+        raise TypeError(
+            f"Ids are integers, as the tokenizer's `input_ids` are; got {wrong!r} ({type(wrong).__name__}){where}."
+        )
+
+
 class ElmoBatchEncoding(BatchEncoding):
     """A [`BatchEncoding`] that remembers which input word each row holds, so `word_ids()` works."""
 
@@ -392,6 +402,7 @@ class ElmoTokenizer(PreTrainedTokenizer):
 
     def _row_to_word(self, char_ids: Sequence[int]) -> str:
         """Recover the (cut) word of one row; bytes cut inside a character and unknown characters decode to U+FFFD."""
+        _check_integer_ids(char_ids)
         char_ids = [int(char_id) for char_id in char_ids]
         if not any(char_ids):
             return str(self.pad_token)
@@ -422,9 +433,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         `skip_special_tokens`), and a batch of those to a list of word lists.
         """
         ids = to_py_obj(ids)
-        if isinstance(ids, int):
-            return super().convert_ids_to_tokens(ids, skip_special_tokens=skip_special_tokens)
         depth = _scalar_depth(ids)
+        if depth == 0:
+            _check_integer_ids([ids])
+            return super().convert_ids_to_tokens(int(ids), skip_special_tokens=skip_special_tokens)
         if depth is None:  # a sentence without words, or a batch of those
             return [[] for _ in ids]
         if depth == 1:

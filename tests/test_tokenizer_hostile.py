@@ -275,6 +275,20 @@ def test_decoding_ids_outside_the_character_vocabulary_is_refused(tok, bad_row):
         tok.batch_decode([[bad_row]])
 
 
+def test_decoding_ids_that_are_no_integers_is_refused_not_rounded(tok):
+    """`int()` turned 104.5 (and a float tensor's values) into characters and True into byte 0: a wrong word."""
+    ids = tok("hi there", return_tensors="pt")["input_ids"]
+    assert tok.decode(ids[0]) == "hi there" and tok.convert_ids_to_tokens(np.int64(104)) == "g"
+    for floats in (ids.float(), ids[0, 0].double().numpy(), [104.5] * 3):
+        with pytest.raises(TypeError, match=r"Ids are integers.*\(float\) in the row"):
+            tok.decode(floats)
+        with pytest.raises(TypeError, match=r"Ids are integers.*\(float\) in the row"):
+            tok.convert_ids_to_tokens(floats)
+    for scalar, kind in ((104.0, "float"), (True, "bool")):
+        with pytest.raises(TypeError, match=rf"got {scalar} \({kind}\)\.$"):
+            tok.convert_ids_to_tokens(scalar)
+
+
 def test_dictionary_mode_refuses_ids_outside_its_vocabulary(tmp_path):
     tokenizer = dictionary_tokenizer(tmp_path, with_words=True)
     row = tokenizer.word_to_ids("ab")
