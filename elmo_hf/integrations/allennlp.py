@@ -43,34 +43,12 @@ import torch
 from .. import ElmoModel, ElmoTokenizer
 from ..conversion.convert import file_mode
 from ..corpus.embed import MODEL_DTYPES, write_index
+from ..errors import is_whole
 from ..packaged_elmo import DEFAULT_MODEL
-from .vectors import WordVectors, check_settings, load_elmo
+from .vectors import WordVectors, check_batch_size, check_sentences, check_settings, check_words, load_elmo
 
 DEFAULT_BATCH_SIZE = 64  # AllenNLP's
 OUTPUT_FORMATS = ("all", "top", "average")
-
-
-def _check_sentences(sentences: object, name: str) -> None:
-    """Refuses a single sentence (a str, or a flat list of words) where a batch of sentences is expected."""
-    if isinstance(sentences, str):
-        raise TypeError(
-            f"{name} takes sentences, each a list of words, got a str; pass [text.split()] for one sentence."
-        )
-    if isinstance(sentences, (list, tuple)) and sentences and isinstance(sentences[0], str):
-        raise TypeError(
-            f"{name} takes sentences, each a list of words, got a flat list of str {list(sentences[:3])!r}...: it "
-            "would be read as one-word sentences. Pass [words] for one sentence, or a list of word lists."
-        )
-
-
-def _check_words(words: object, index: int) -> list[str]:
-    """Sentence `index` as a list of words, refusing a str (it would be read as one-character words)."""
-    if isinstance(words, str) or not isinstance(words, (list, tuple)):
-        raise TypeError(
-            f"sentence {index} is a {type(words).__name__}, expected a list of words (str); pass text.split() for a "
-            "whitespace-tokenized line."
-        )
-    return list(words)
 
 
 def batch_to_ids(batch: list[list[str]], tokenizer: ElmoTokenizer | None = None) -> torch.Tensor:
@@ -82,8 +60,8 @@ def batch_to_ids(batch: list[list[str]], tokenizer: ElmoTokenizer | None = None)
     bilm-tf's `Batcher`, there are no `<S>`/`</S>` rows: the model adds them. `tokenizer` (default: the UTF-8 byte
     tokenizer) is the model's own, needed for a model with a character dictionary (ELMoForManyLangs).
     """
-    _check_sentences(batch, "batch_to_ids")
-    batch = [_check_words(words, index) for index, words in enumerate(batch)]
+    check_sentences(batch, "batch_to_ids")
+    batch = [check_words(words, index) for index, words in enumerate(batch)]
     tokenizer = tokenizer or ElmoTokenizer()
     if not batch:
         return torch.zeros(0, 0, tokenizer.row_width, dtype=torch.long)
@@ -117,14 +95,19 @@ class ElmoEmbedder:
     ):
         if device is not None and cuda_device != -1:
             raise ValueError(f"give device ({device!r}) or cuda_device ({cuda_device}), not both.")
-        device = torch.device(device if device is not None else f"cuda:{cuda_device}" if cuda_device >= 0 else "cpu")
+        if not is_whole(cuda_device):
+            raise TypeError(f"cuda_device must be a GPU index (an int; -1, the default: CPU), got {cuda_device!r}.")
+        if stateful not in (True, False):  # "false" from a config file would be true
+            raise TypeError(f"stateful must be True or False, got {stateful!r}.")
+        device = check_settings(
+            device if device is not None else f"cuda:{cuda_device}" if cuda_device >= 0 else "cpu", model_dtype
+        )
         if options_file is not None or weight_file is not None:
             if options_file is None or weight_file is None or model is not None:
                 raise ValueError(
                     "an original checkpoint needs both options_file and weight_file, and no model; or give model "
                     "alone (a packaged name, a converted folder or a Hub id)."
                 )
-            check_settings(device, model_dtype)
             elmo, tokenizer = _load_original(options_file, weight_file)
             elmo = elmo.to(device, dtype=MODEL_DTYPES[model_dtype])
         else:
@@ -132,7 +115,7 @@ class ElmoEmbedder:
         self.model: ElmoModel = elmo
         self.tokenizer: ElmoTokenizer = tokenizer
         self.device = device
-        self.stateful = stateful
+        self.stateful = bool(stateful)
         self.lstm_state: tuple[torch.Tensor, torch.Tensor] | None = None
         self._vectors = {layers: WordVectors(elmo, tokenizer, layers) for layers in OUTPUT_FORMATS}
 
@@ -146,7 +129,7 @@ class ElmoEmbedder:
 
     def embed_sentence(self, sentence: list[str]) -> np.ndarray:
         """The float32 array `(num_layers + 1, words, dim)` of one pre-split sentence."""
-        return self.embed_batch([_check_words(sentence, 0)])[0]
+        return self.embed_batch([check_words(sentence, 0)])[0]
 
     def embed_sentences(
         self, sentences: Iterable[list[str]], batch_size: int = DEFAULT_BATCH_SIZE
@@ -157,7 +140,8 @@ class ElmoEmbedder:
         AllenNLP's batches in input order; the same vectors within 1e-6, bitwise `elmo-hf embed`'s); stateful, batches
         are consecutive sentences as in AllenNLP, since the state of batch row i passes to row i of the next batch.
         """
-        _check_sentences(sentences, "embed_sentences")
+        check_sentences(sentences, "embed_sentences")
+        check_batch_size(batch_size)
         return self._embed_sentences(sentences, batch_size, "all")
 
     def embed_file(
@@ -175,21 +159,30 @@ class ElmoEmbedder:
         and `"average"`; and, unless `forget_sentences` or `use_sentence_keys`, `sentence_to_index`, one string
         holding the JSON object `{sentence: "line number"}`. An empty line gives 0 words.
 
-        `input_file` is an open text file (as AllenNLP takes it; it is closed afterwards, as AllenNLP does) or a path.
-        The file is written under a temporary name and renamed when complete, so `output_file_path` is never partly
-        written; an existing file is replaced, as AllenNLP replaces it.
+        `input_file` is an open text file (as AllenNLP takes it; it is closed afterwards, as AllenNLP does) or a path
+        to a UTF-8 file (a byte-order mark at its start is dropped, as `elmo-hf embed` drops it). The file is written
+        under a temporary name and renamed when complete, so `output_file_path` is never partly written; an existing
+        file is replaced, as AllenNLP replaces it.
         """
         if output_format not in OUTPUT_FORMATS:
             raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}.")
+        check_batch_size(batch_size)
         output = Path(output_file_path)
         if isinstance(input_file, (str, os.PathLike)):
             if Path(input_file).exists() and output.exists() and Path(input_file).resolve() == output.resolve():
                 raise ValueError(f"output_file_path {output} is the input file; give another output path.")
-            with open(input_file, encoding="utf-8") as stream:
-                sentences = [line.strip() for line in stream]
+            try:
+                with open(input_file, encoding="utf-8-sig") as stream:
+                    sentences = [line.strip() for line in stream]
+            except UnicodeDecodeError as error:
+                raise ValueError(f"input_file {input_file} is not UTF-8 text ({error}); convert it first.") from None
+        elif not hasattr(input_file, "read"):
+            raise TypeError(f"input_file must be an open text file or a path, got {type(input_file).__name__}.")
         else:
             with input_file:
                 sentences = [line.strip() for line in input_file]
+        if sentences and not isinstance(sentences[0], str):
+            raise TypeError("input_file is open in binary mode; open it as text: open(path, encoding='utf-8').")
         if use_sentence_keys:
             _check_sentence_keys(sentences)
         if not output.parent.is_dir():
@@ -214,20 +207,17 @@ class ElmoEmbedder:
             raise
 
     def _embed_batch(self, batch: list[list[str]], layers: str) -> list[np.ndarray]:
-        _check_sentences(batch, "embed_batch")
-        batch = [_check_words(words, index) for index, words in enumerate(batch)]
+        check_sentences(batch, "embed_batch")
         arrays, state = self._vectors[layers].batch(batch, self.stateful, self.lstm_state)
-        if self.stateful and batch:
+        if self.stateful:  # an empty batch gives the state back as it was
             self.lstm_state = state
         return arrays
 
     def _embed_sentences(self, sentences: Iterable[list[str]], batch_size: int, layers: str) -> Iterator[np.ndarray]:
-        checked = (_check_words(words, index) for index, words in enumerate(sentences))
         if not self.stateful:
-            yield from self._vectors[layers].sentences(checked, batch_size)
+            yield from self._vectors[layers].sentences(sentences, batch_size)
             return
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}.")
+        checked = (check_words(words, index) for index, words in enumerate(sentences))
         batch: list[list[str]] = []
         for words in checked:
             batch.append(words)

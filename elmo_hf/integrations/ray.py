@@ -37,12 +37,13 @@ bitwise the command's vectors when a call holds the same lines as one of the com
 """
 
 import os
+from collections.abc import Iterable
 
 import numpy as np
 import torch
 
 from ..packaged_elmo import DEFAULT_MODEL
-from .vectors import WordVectors, default_device, load_elmo
+from .vectors import WordVectors, check_batch_size, load_elmo
 
 SPLITS = ("whitespace", "default")
 
@@ -83,9 +84,8 @@ class ElmoBatchEmbedder:
     ):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
-        if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
-            raise ValueError(f"batch_size and max_tokens must be positive, got {batch_size} and {max_tokens}.")
-        elmo, tokenizer = load_elmo(model, default_device(device), model_dtype)
+        check_batch_size(batch_size, max_tokens)
+        elmo, tokenizer = load_elmo(model, device, model_dtype)
         self.vectors = WordVectors(elmo, tokenizer, layers, mix_weights, gamma, dtype)
         self.text_column, self.output_column, self.split = text_column, output_column, split
         self.batch_size, self.max_tokens = batch_size, max_tokens
@@ -104,8 +104,9 @@ class ElmoBatchEmbedder:
                 "fn_constructor_kwargs."
             )
         texts = batch[self.text_column]
-        if isinstance(texts, str):  # it would be read as one text per character
-            raise TypeError(f"column {self.text_column!r} must hold texts (a list or array of str), got one str.")
+        if isinstance(texts, str) or not isinstance(texts, Iterable):  # a str would be read as one text a character
+            kind = type(texts).__name__
+            raise TypeError(f"column {self.text_column!r} must hold texts (a list or array of str), got one {kind}.")
         if any(not isinstance(text, str) for text in texts):
             kinds = sorted({type(text).__name__ for text in texts if not isinstance(text, str)})
             raise TypeError(f"column {self.text_column!r} must hold str, found {', '.join(kinds)}.")

@@ -38,7 +38,7 @@ from sentence_transformers.base.modules import InputModule
 from .. import ElmoModel, ElmoScalarMix, ElmoTokenizer
 from ..corpus.embed import select_layers
 from ..packaged_elmo import DEFAULT_MODEL
-from .vectors import layer_mix, load_elmo
+from .vectors import check_numbers, layer_mix, load_elmo
 
 SENTENCE_LAYERS = ("average", "top", "mix", "learned")
 
@@ -72,7 +72,7 @@ class ElmoSentenceModule(InputModule):
             raise ValueError(f"layers must be one of {SENTENCE_LAYERS}, got {layers!r}.")
         if scalar_parameters is not None and layers != "learned":
             raise ValueError(f"scalar_parameters apply to layers='learned' only, not layers={layers!r}.")
-        elmo, tokenizer = load_elmo(model_name_or_path, torch.device("cpu"))
+        elmo, tokenizer = load_elmo(model_name_or_path, "cpu")
         self.elmo: ElmoModel = elmo
         self.tokenizer: ElmoTokenizer = tokenizer
         self.layers = layers
@@ -85,6 +85,8 @@ class ElmoSentenceModule(InputModule):
                     f"layers='learned' needs {representations} scalar_parameters (num_layers + 1 of this model, token "
                     f"layer first); got {scalar_parameters!r}."
                 )
+            check_numbers("scalar_parameters", [] if scalar_parameters is None else scalar_parameters)
+            check_numbers("gamma", [gamma])
             self.mix = ElmoScalarMix(representations)
             with torch.no_grad():
                 if scalar_parameters is not None:

@@ -15,6 +15,8 @@
 asks for, in batches grouped by length exactly as `elmo-hf embed` groups them (so that the vectors are bitwise the
 command's for the same batch size)."""
 
+import math
+import numbers
 import os
 from collections.abc import Iterable, Iterator
 
@@ -30,33 +32,84 @@ from ..corpus.embed import (
     Sentence,
     length_grouped_batches,
     load_model,
+    resolve_device,
     sentence_vectors,
 )
+from ..errors import is_whole
 from ..packaged_elmo import resolve_model_name
 
 
-def default_device(device: str | torch.device | None) -> torch.device:
-    """`device`, or the first GPU if there is one, else the CPU."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def check_settings(device: torch.device, model_dtype: str) -> None:
-    """Refuses a model dtype elmo-hf does not run in, and a GPU that torch does not see, before anything loads."""
-    if model_dtype not in MODEL_DTYPES:
+def check_settings(device: str | torch.device | None, model_dtype: str) -> torch.device:
+    """The torch device of `device` (None: the first GPU if there is one, else the CPU), before anything loads;
+    refuses a model dtype elmo-hf does not run in, and what is no device or one this machine cannot run on (a GPU
+    torch does not see, `"meta"`), as `elmo-hf embed` refuses its `--device`."""
+    if not isinstance(model_dtype, str) or model_dtype not in MODEL_DTYPES:
         raise ValueError(f"model_dtype must be one of {sorted(MODEL_DTYPES)}, got {model_dtype!r}.")
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device} was asked for, but torch sees no CUDA GPU; use device='cpu'.")
+    return resolve_device(device, 0)
 
 
 def load_elmo(
-    model: str | os.PathLike, device: torch.device, model_dtype: str = "float32"
+    model: str | os.PathLike, device: str | torch.device | None, model_dtype: str = "float32"
 ) -> tuple[ElmoModel, ElmoTokenizer]:
-    """The biLM (in eval mode, on `device`) and tokenizer of a packaged model's name, a converted folder or a Hub id;
-    a task head's folder gives its biLM. Raises `ValueError` naming the problem for anything else."""
-    check_settings(device, model_dtype)
+    """The biLM (in eval mode, on `device`, checked by `check_settings`) and tokenizer of a packaged model's name, a
+    converted folder or a Hub id; a task head's folder gives its biLM. Raises `ValueError` naming the problem for
+    anything else, and `TypeError` for what is no name (None would be looked up on the Hub as "None")."""
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(
+            f"model must be a packaged model's name, a converted folder or a Hub id (a str or a path), got "
+            f"{type(model).__name__}."
+        )
+    device = check_settings(device, model_dtype)
     return load_model(str(resolve_model_name(str(model))), model_dtype, device)
+
+
+def check_numbers(name: str, values: Iterable[object]) -> None:
+    """Refuses a setting (`gamma`, mix weights, scalars) holding anything but finite real numbers: a str fails deep
+    inside torch, a NaN or an infinity gives NaN vectors."""
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"{name}: {value!r} is not a finite number.")
+
+
+def check_batch_size(batch_size: int, max_tokens: int | None = None) -> None:
+    """Refuses a `batch_size` or `max_tokens` (None: no limit) that is no positive integer: a float such as 1.5 is
+    never reached, so every sentence would go into one batch, and True would be read as 1."""
+    limits = [batch_size] if max_tokens is None else [batch_size, max_tokens]
+    if any(not is_whole(limit) or limit < 1 for limit in limits):
+        raise ValueError(
+            f"batch_size and max_tokens (None: no limit) must be positive integers, got {batch_size!r} and "
+            f"{max_tokens!r}."
+        )
+
+
+def check_sentences(sentences: object, name: str) -> None:
+    """Refuses what is no batch of sentences: None, a single sentence (a str, or a flat list or array of words)."""
+    if isinstance(sentences, str):
+        raise TypeError(
+            f"{name} takes sentences, each a list of words, got a str; pass [text.split()] for one sentence."
+        )
+    if not isinstance(sentences, Iterable):
+        raise TypeError(f"{name} takes sentences, each a list of words, got {type(sentences).__name__}.")
+    if isinstance(sentences, (list, tuple, np.ndarray)) and len(sentences) and isinstance(sentences[0], str):
+        raise TypeError(
+            f"{name} takes sentences, each a list of words, got a flat list of str {list(sentences[:3])!r}...: it "
+            "would be read as one-word sentences. Pass [words] for one sentence, or a list of word lists."
+        )
+
+
+def check_words(words: object, index: int) -> list[str]:
+    """Sentence `index` as a list of words (from a list, a tuple or a 1-D array), refusing a str (it would be read as
+    one-character words)."""
+    if isinstance(words, np.ndarray) and words.ndim == 1:
+        return words.tolist()
+    if isinstance(words, str) or not isinstance(words, (list, tuple)):
+        raise TypeError(
+            f"sentence {index} is a {type(words).__name__}, expected a list of words (str); pass text.split() for a "
+            "whitespace-tokenized line."
+        )
+    return list(words)
 
 
 def layer_mix(
@@ -66,6 +119,7 @@ def layer_mix(
     1), or None for `"all"` and `"top"`; refuses a mix setting given where it does not apply."""
     if layers not in LAYER_CHOICES:
         raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {layers!r}.")
+    check_numbers("gamma", [gamma])
     if layers != "mix":
         if mix_weights is not None or gamma != 1.0:
             raise ValueError(f"mix_weights and gamma apply to layers='mix' only, not layers={layers!r}.")
@@ -75,6 +129,7 @@ def layer_mix(
             f"layers='mix' needs mix_weights: {num_representations} weights (num_layers + 1 of this model, token "
             f"layer first) summing to 1; got {mix_weights!r}."
         )
+    check_numbers("mix_weights", mix_weights)
     return ElmoScalarMix.from_weights(list(mix_weights), gamma=gamma)
 
 
@@ -95,8 +150,12 @@ class WordVectors:
         gamma: float = 1.0,
         dtype: str = "float32",
     ):
-        if dtype not in OUTPUT_DTYPES:
+        if not isinstance(dtype, str) or dtype not in OUTPUT_DTYPES:
             raise ValueError(f"dtype must be one of {sorted(OUTPUT_DTYPES)}, got {dtype!r}.")
+        # By its config, not its class: a model loaded with trust_remote_code=True is the folder's own ElmoModel class.
+        if getattr(getattr(model, "config", None), "model_type", None) != "elmo" or hasattr(model, "elmo"):
+            hint = "; pass its biLM, model.elmo" if hasattr(model, "elmo") else ""
+            raise TypeError(f"WordVectors takes an ElmoModel (the biLM), got {type(model).__name__}{hint}.")
         self.model, self.tokenizer, self.layers, self.dtype = model, tokenizer, layers, dtype
         self.num_representations = model.config.num_layers + 1
         self.mix = layer_mix(layers, self.num_representations, mix_weights, gamma)
@@ -114,6 +173,8 @@ class WordVectors:
     ) -> tuple[list[np.ndarray], tuple | None]:
         """One batch as the model sees it (rows in this order): one array per sentence, cut to its words, and with
         `stateful` the final LSTM state, the run starting from `lstm_state` (None: zeros)."""
+        check_sentences(sentences, "WordVectors.batch")
+        sentences = [check_words(words, index) for index, words in enumerate(sentences)]
         if not sentences:
             return [], lstm_state
         inputs = self.tokenizer(
@@ -146,14 +207,15 @@ class WordVectors:
         self, sentences: Iterable[list[str]], batch_size: int = 64, max_tokens: int | None = None
     ) -> Iterator[np.ndarray]:
         """One array per sentence, in input order; sentences without words give `empty()` and no model call."""
-        if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
-            raise ValueError(f"batch_size and max_tokens must be positive, got {batch_size} and {max_tokens}.")
+        check_batch_size(batch_size, max_tokens)
+        check_sentences(sentences, "WordVectors.sentences")
         done: dict[int, np.ndarray] = {}
 
         def numbered() -> Iterator[Sentence]:
             for key, words in enumerate(sentences):
+                words = check_words(words, key)
                 if words:
-                    yield Sentence(key, "", list(words))
+                    yield Sentence(key, "", words)
                 else:
                     done[key] = self.empty()
 
@@ -169,4 +231,13 @@ class WordVectors:
             next_key += 1
 
 
-__all__ = ["WordVectors", "check_settings", "default_device", "layer_mix", "load_elmo"]
+__all__ = [
+    "WordVectors",
+    "check_batch_size",
+    "check_numbers",
+    "check_sentences",
+    "check_settings",
+    "check_words",
+    "layer_mix",
+    "load_elmo",
+]
