@@ -46,6 +46,7 @@ import functools
 import glob
 import hashlib
 import io
+import itertools
 import json
 import math
 import numbers
@@ -77,6 +78,7 @@ PARTIAL_SUFFIX = ".partial"
 RUN_FILE = "run.json"  # marks a `.partial` folder as ours, with the settings of its run
 LOCK_FILE = "lock"  # in a `.partial` folder: held (flock) by the run writing it
 MERGE_TEMPORARY = "merged.hdf5.tmp"
+MISSING_SHOWN = 10  # missing shards merge-shards names
 PART_SECONDS = 60.0  # a part is closed after this long even if it holds fewer than `part_size` sentences
 POOL_BATCHES = 32  # lines read ahead and sorted by length, in batches: longer pools pad less, hold more in memory
 QUEUE_BATCHES = 4  # batches waiting between threads
@@ -920,27 +922,37 @@ def merge_shards(output: str | os.PathLike, world_size: int | None = None, overw
     shards = sorted(output.parent.glob(f"{glob.escape(output.name)}.shard-*-of-*"))
     counts = {path.name.rsplit("-of-", 1)[1] for path in shards}
     if world_size is None:
-        if len(counts) != 1 or not next(iter(counts)).isdigit():
+        count = next(iter(counts)) if len(counts) == 1 else ""
+        if not (count.isascii() and count.isdigit() and not count.startswith("0")):  # N as shard_path writes it
             found = ", ".join(path.name for path in shards) or "none"
             raise EmbedError(
                 f"expected the shards of one run, {output.name}.shard-R-of-N for R = 0..N-1; found {found}."
             )
-        world_size = int(counts.pop())
-    expected = [shard_path(output, rank, world_size) for rank in range(world_size)]
-    missing = [path.name for path in expected if not path.is_file()]
+        world_size = int(count)
+    # Looked for lazily, at most MISSING_SHOWN named: listing every rank of a stray `OUTPUT.shard-0-of-99999999999`
+    # took all memory.
+    paths = (shard_path(output, rank, world_size) for rank in range(world_size))
+    absent = (path.name for path in paths if not path.is_file())
+    missing = list(itertools.islice(absent, MISSING_SHOWN + 1))
     if missing:
-        raise EmbedError(f"missing shards: {', '.join(missing)}; finish those processes' runs (--resume) first.")
+        shown = ", ".join(missing[:MISSING_SHOWN]) + (" and more" if len(missing) > MISSING_SHOWN else "")
+        raise EmbedError(f"missing shards: {shown}; finish those processes' runs (--resume) first.")
+    expected = [shard_path(output, rank, world_size) for rank in range(world_size)]  # all exist: as many as found
     settings, identity, sources, index = None, None, {}, {}
     for rank, path in enumerate(expected):
         rerun = f"delete it and rerun rank {rank} (RANK={rank} WORLD_SIZE={world_size} elmo-hf embed ... --resume)"
         try:
             with h5py.File(path, "r") as file:
+                if SETTINGS_ATTR not in file.attrs:  # `read_settings` would advise embed's --overwrite
+                    raise EmbedError(f"shard {path} was not written by elmo-hf embed (no {SETTINGS_ATTR}); {rerun}.")
                 found = read_settings(file, path)
                 found_identity = json.loads(file.attrs[INPUT_ATTR]) if INPUT_ATTR in file.attrs else None
                 keys = [int(name) for name in file if name.isdigit()]
                 shard_index = read_index(file)
         except (OSError, json.JSONDecodeError) as error:
-            raise EmbedError(f"shard {path} cannot be read ({describe(error)}): it is cut short; {rerun}.") from None
+            raise EmbedError(
+                f"shard {path} cannot be read ({describe(error)}): it is cut short or not a shard; {rerun}."
+            ) from None
         if found_identity is None:
             raise EmbedError(f"shard {path} was written by an older elmo-hf (no {INPUT_ATTR}); {rerun}.")
         if settings is not None and found != settings:

@@ -44,7 +44,14 @@ from .data import (
     load_sentences,
     through_link,
 )
-from .pretraining import PreTrainingError, PreTrainingRunError, load_tokenizer, model_perplexity, write_json_atomically
+from .pretraining import (
+    PreTrainingError,
+    PreTrainingRunError,
+    load_tokenizer,
+    model_perplexity,
+    staging_name_bytes,
+    write_json_atomically,
+)
 
 
 def load_pretraining_model(
@@ -109,6 +116,13 @@ def corpus_perplexity(
             raise PreTrainingError(f"--json {json_output} cannot be written: give a file path in a folder.")
         if not os.access(existing, os.W_OK | os.X_OK):
             raise PreTrainingError(f"--json {json_output} cannot be written: {existing} is not writable.")
+        # A name the folder cannot take failed only when the result was written, after the computation.
+        staging, name_max = staging_name_bytes(json_output), os.pathconf(existing, "PC_NAME_MAX")
+        if staging > name_max:
+            raise PreTrainingError(
+                f"--json {json_output} cannot be written: its name is too long ({staging} bytes with the temporary "
+                f"file's additions, more than the {name_max} that {existing} takes); give a shorter name."
+            )
     text = check_corpus(text)
     folder = Path(resolve_model_name(str(model)))
     if json_output is not None:
@@ -121,7 +135,9 @@ def corpus_perplexity(
     if torch.cuda.is_available():
         pretraining_model = pretraining_model.cuda()
     collator = DataCollatorForElmoPreTraining(vocabulary, load_tokenizer(folder, pretraining_model.config), max_words)
-    result = model_perplexity(pretraining_model, DataLoader(sentences, batch_size=batch_size, collate_fn=collator))
+    # All sentences at most: DataLoader fails on a batch size above sys.maxsize (--batch-size 2**70).
+    batches = DataLoader(sentences, batch_size=min(batch_size, len(sentences)), collate_fn=collator)
+    result = model_perplexity(pretraining_model, batches)
     result["words"] = sum(len(sentence["words"]) for sentence in sentences)
     result["files"] = [str(path) for path in text]
     if json_output is not None:

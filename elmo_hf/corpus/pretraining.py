@@ -264,6 +264,12 @@ class RunRecordCallback(TrainerCallback):
         write_json_atomically({"run_id": self.run_id, "files": sizes}, folder / RUN_FILE)
 
 
+def staging_name_bytes(path: Path) -> int:
+    """Bytes of the name `write_json_atomically` stages `path` under (`.NAME.` and mkstemp's 8 random characters):
+    a folder must take a name this long, which a command checks before its work."""
+    return len(os.fsencode(path.name)) + 10
+
+
 def write_json_atomically(value, path: Path) -> None:
     """Writes `value` as JSON to `path`: the complete file or none, with the umask's permissions (not mkstemp's
     0600, which hid a run record or a `--json` result from the user's group)."""

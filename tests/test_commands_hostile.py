@@ -1,0 +1,163 @@
+"""`elmo-hf perplexity` and `elmo-hf merge-shards` as a hostile user tries them: shard names embed never writes,
+shards that are not embed's, a batch size beyond any integer, a `--json` name too long for its folder. Each is one
+`error:` line (exit 2) with nothing written and the inputs intact, or the correct result."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import h5py
+import pytest
+import torch
+from conftest import tiny_config
+
+from elmo_hf import ElmoForPreTraining, ElmoModel, ElmoTokenizer
+from elmo_hf.cli import main
+from elmo_hf.corpus import perplexity as perplexity_module
+from elmo_hf.corpus.data import ElmoWordVocabulary
+from elmo_hf.corpus.embed import EmbedError, merge_shards
+
+LINES = ["the cat sat", "a dog barked", "", "birds fly", "ok"]
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def one_error_line(err: str) -> str:
+    """The single `error:` line of a command's standard error (and no traceback)."""
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    """A folder holding `out.hdf5.shard-0-of-2` and `out.hdf5.shard-1-of-2` of a two-process embed run."""
+    root = tmp_path_factory.mktemp("shards")
+    torch.manual_seed(0)
+    ElmoModel(tiny_config()).eval().save_pretrained(root / "model")
+    ElmoTokenizer().save_pretrained(root / "model")
+    source = root / "in.txt"
+    source.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
+    folder = root / "shards"
+    folder.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WORLD_SIZE", "2")
+        for rank in range(2):
+            patch.setenv("RANK", str(rank))
+            arguments = [source, folder / "out.hdf5", "--model", root / "model", "--no-progress"]
+            assert main(["embed", *map(str, arguments)]) == 0
+    return folder
+
+
+@pytest.fixture
+def run_folder(shards, tmp_path) -> Path:
+    """A fresh copy of the shards, for one test to damage."""
+    return Path(shutil.copytree(shards, tmp_path / "run"))
+
+
+@pytest.mark.parametrize("count", ["0", "00002", "\u00b2", "\u0662"])
+def test_merge_shards_refuses_a_count_embed_never_writes(run_folder, count, capsys):
+    """`OUTPUT.shard-0-of-0` ended in a TypeError traceback, a superscript ² in a ValueError one; `-of-00002` and an
+    Arabic-Indic ٢ were read as 2, then `shard-0-of-2` was reported missing beside the file the user sees."""
+    for path in run_folder.iterdir():
+        path.unlink()
+    stray = run_folder / f"out.hdf5.shard-0-of-{count}"
+    stray.write_bytes(b"stray")
+    assert main(["merge-shards", str(run_folder / "out.hdf5")]) == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert f"expected the shards of one run, out.hdf5.shard-R-of-N for R = 0..N-1; found {stray.name}." in error
+    assert snapshot(run_folder) == {stray.name: b"stray"}
+
+
+def test_merge_shards_names_a_few_missing_shards_of_a_huge_count(run_folder, capsys):
+    """A stray `OUTPUT.shard-0-of-99999999999` listed every rank's path in memory (MemoryError, or the machine's
+    memory exhausted first); the library's `world_size` alike."""
+    before = snapshot(run_folder)
+    with pytest.raises(EmbedError, match=r"missing shards: out.hdf5.shard-0-of-10+, .*-9-of-10+ and more; "):
+        merge_shards(run_folder / "out.hdf5", world_size=10**15)
+    for path in run_folder.iterdir():
+        path.rename(path.with_name(path.name.replace("-of-2", "-of-99999999999")))
+    assert main(["merge-shards", str(run_folder / "out.hdf5")]) == 2
+    error = one_error_line(capsys.readouterr().err)
+    shown = ", ".join(f"out.hdf5.shard-{rank}-of-99999999999" for rank in range(2, 12))
+    assert f"error: missing shards: {shown} and more; finish those processes' runs (--resume) first." == error
+    assert sorted(snapshot(run_folder).values()) == sorted(before.values())
+
+
+def test_merge_shards_names_the_rank_to_rerun_for_a_shard_not_written_by_embed(run_folder, capsys):
+    """An HDF5 file of another program in a shard's place was refused with embed's advice, `use --overwrite to
+    replace it`, which merge-shards' --overwrite (about OUTPUT) does not do."""
+    shard = run_folder / "out.hdf5.shard-1-of-2"
+    shard.unlink()
+    with h5py.File(shard, "w") as file:
+        file["data"] = [1, 2, 3]
+    before = snapshot(run_folder)
+    assert main(["merge-shards", str(run_folder / "out.hdf5"), "--overwrite"]) == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert f"shard {shard} was not written by elmo-hf embed (no elmo_hf_settings)" in error
+    assert "delete it and rerun rank 1 (RANK=1 WORLD_SIZE=2 elmo-hf embed ... --resume)" in error
+    assert "--overwrite" not in error.replace("--resume", "")
+    assert snapshot(run_folder) == before
+
+
+@pytest.mark.parametrize("content", [b"", b"vectors\n"])
+def test_merge_shards_refuses_a_shard_that_is_not_hdf5(run_folder, content, capsys):
+    """An empty or text file in a shard's place was said to be `cut short` only."""
+    shard = run_folder / "out.hdf5.shard-0-of-2"
+    shard.write_bytes(content)
+    before = snapshot(run_folder)
+    assert main(["merge-shards", str(run_folder / "out.hdf5")]) == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert f"shard {shard} cannot be read" in error
+    assert "it is cut short or not a shard; delete it and rerun rank 0" in error
+    assert snapshot(run_folder) == before
+
+
+@pytest.fixture(scope="module")
+def pretraining_folder(tmp_path_factory) -> Path:
+    """An untrained tiny `ElmoForPreTraining` saved with its vocabulary, and a text beside it."""
+    root = tmp_path_factory.mktemp("pretraining")
+    vocabulary = ElmoWordVocabulary(["</S>", "<S>", "<UNK>", "the", "cat", "sat", "on", "mat"])
+    torch.manual_seed(0)
+    ElmoForPreTraining(tiny_config(word_vocab_size=len(vocabulary), initializer_range=0.5)).save_pretrained(
+        root / "model"
+    )
+    vocabulary.save(root / "model")
+    (root / "text.txt").write_text("the cat sat\non the mat\n\nthe dog\n", encoding="utf-8")
+    return root / "model"
+
+
+def perplexity(*argv) -> int:
+    return main(["perplexity", *map(str, argv)])
+
+
+def test_perplexity_takes_a_batch_size_above_the_largest_integer(pretraining_folder, tmp_path):
+    """`--batch-size 2**70` (all at once, as a user might ask) ended in a ValueError traceback from DataLoader."""
+    text = pretraining_folder.parent / "text.txt"
+    results = []
+    for batch_size in (2, 2**70):
+        output = tmp_path / f"{batch_size}.json"
+        arguments = ["--model", pretraining_folder, "--text", text, "--batch-size", batch_size, "--json", output]
+        assert perplexity(*arguments) == 0
+        results.append(json.loads(output.read_text()))
+    assert results[0]["predictions"] == results[1]["predictions"] == 8 + 3  # words and sentence ends
+    assert math.isclose(results[0]["loss"], results[1]["loss"], rel_tol=1e-6)
+
+
+def test_perplexity_refuses_a_json_name_too_long_for_its_folder_before_computing(
+    pretraining_folder, tmp_path, monkeypatch, capsys
+):
+    """A `--json` name of 250 bytes (its staging file, 260) failed with exit 1 only after the whole corpus was scored,
+    leaving the folders made for it."""
+    monkeypatch.setattr(perplexity_module, "model_perplexity", lambda *args: pytest.fail("computed"))
+    text = pretraining_folder.parent / "text.txt"
+    output = tmp_path / "new" / ("r" * 245 + ".json")
+    assert perplexity("--model", pretraining_folder, "--text", text, "--json", output) == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert f"--json {output} cannot be written: its name is too long (260 bytes" in error and "shorter name" in error
+    assert list(tmp_path.iterdir()) == []
