@@ -14,7 +14,6 @@
 """Character-level tokenizer for ELMo: one row of character ids per word, from UTF-8 bytes or a dictionary."""
 
 import json
-import numbers
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -27,6 +26,7 @@ from transformers import BatchEncoding, PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy, TensorType, is_torch_available, to_py_obj
 
+from .errors import is_whole
 from .packaged_elmo import check_save_directory, resolve_model_name
 
 
@@ -68,7 +68,7 @@ def _check_word_counts(max_length: Any, pad_to_multiple_of: Any) -> None:
     """Raise unless `max_length` is `None` or an int >= 0 and `pad_to_multiple_of` `None` or an int >= 1: other values
     fail deep inside the padding arithmetic (0, floats) or silently truncate or pad to a meaningless length (< 0)."""
     for name, value, least in (("max_length", max_length, 0), ("pad_to_multiple_of", pad_to_multiple_of, 1)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least):
+        if value is not None and (not is_whole(value) or value < least):
             raise ValueError(f"{name} counts words, so it must be None or an int >= {least}; got {value!r}.")
 
 
@@ -104,7 +104,7 @@ def _scalar_depth(value: Any) -> int | None:
 
 def _check_integer_ids(ids: Sequence[Any]) -> None:
     """Raises where an id is no integer (a float or a bool): `int()` would turn 104.5 into another character."""
-    wrong = next((value for value in ids if isinstance(value, bool) or not isinstance(value, numbers.Integral)), None)
+    wrong = next((value for value in ids if not is_whole(value)), None)
     if wrong is not None:
         where = f" in the row {list(ids)}" if len(ids) > 1 else ""
         raise TypeError(
