@@ -17,8 +17,10 @@ What it prints:
   bfloat16, and memory bandwidth (GB/s of a 1 GiB copy, bytes read plus written); the GB/s of a 64 MiB copy from
   the GPU into pageable and into page-locked host memory (the embed command's vectors take the second);
 - inference, original architecture (random weights), `--sentences` synthetic sentences (`bench_inference.py`'s
-  corpus, mean 25 words) in corpus order, tokenization included (the tokenizer's call and the copy to the GPU are
-  timed with the model): words/s for elmo-hf float32 and bfloat16 and the cuDNN build (float32: the same character
+  corpus, mean 25 words) in corpus order, tokenization included (the tokenizer's call, and the copy to the GPU where
+  there is one, are timed with the model; elmo-hf reads the tokenizer's CPU tensors as they are, and one more row
+  gives it the ids moved to the GPU first, the way that waits for the GPU): words/s for elmo-hf float32 and bfloat16
+  and the cuDNN build (float32: the same character
   CNN, one `nn.LSTM(proj_size)` per layer and direction, no clipping; with torch's defaults, which let cuDNN use
   TF32, and without TF32), at each batch size; "of matmul" = useful FLOP/s over the matrix-product limit of the
   row's dtype; "of BW" = the recurrent and projection weights each time step reads, per second, over the bandwidth;
@@ -47,7 +49,8 @@ What it prints:
   machine's host side;
 - exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
-  dispatched, float32 through the reference modules, and bfloat16; the graphed and the fused Triton recurrence
+  dispatched, float32 through the reference modules, bfloat16 and float32 on the export path; whether each of them
+  gives bitwise the same layers for ids on the host as for ids on the GPU; the graphed and the fused Triton recurrence
   (compiled and captured on the GPU) against the reference on one direction of the architecture's sizes, float32,
   bfloat16 and float64, packed and padded; and whether the global flags (TF32, matmul precision, cuDNN) are as
   before the run.
@@ -232,8 +235,10 @@ def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
     words = sum(map(len, corpus))
     tokenizer = ElmoTokenizer()
     torch.manual_seed(0)
+    float32 = ElmoModel(config).eval().to(device)
     builds = {
-        "elmo-hf float32": ElmoModel(config).eval().to(device),
+        "elmo-hf float32": float32,
+        "elmo-hf float32, ids moved to the GPU first": float32,
         "elmo-hf float32 without graphs": ElmoModel(config).eval().to(device),
         "elmo-hf bfloat16": ElmoModel(config).eval().to(device, torch.bfloat16),
         "cuDNN nn.LSTM float32": CudnnBiLm(config).eval().to(device),
@@ -248,11 +253,15 @@ def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
 
             captures = []  # per pass: the untimed one, then each timed one
 
-            def run(model=model):
+            # elmo-hf reads the tokenizer's CPU tensors where they are (no wait for the GPU); the other builds, and
+            # one elmo-hf row for comparison, are given them on the GPU, copied there first (which waits for it).
+            on_host = name.startswith("elmo-hf") and "moved" not in name
+
+            def run(model=model, on_host=on_host):
                 before = CountedGraphs.captures
                 for batch in batches:
                     inputs = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
-                    model(input_ids=inputs["input_ids"].to(device), attention_mask=inputs["attention_mask"].to(device))
+                    model(**(inputs if on_host else inputs.to(device)))
                 captures.append(CountedGraphs.captures - before)
 
             peak = "n/a"
@@ -460,21 +469,31 @@ def exactness_rows(args, device: torch.device) -> Iterator[str]:
     exact, eager = copy.deepcopy(model).double(), copy.deepcopy(model)
     bfloat16 = copy.deepcopy(model).to(torch.bfloat16)
     exact.config.elmo_implementation = eager.config.elmo_implementation = "eager"
+    padded = copy.deepcopy(model)
+    padded.config.elmo_implementation = "export"
     mask = inputs["attention_mask"].bool()
+    on_host = {key: value.cpu() for key, value in inputs.items()}
     with torch.inference_mode():
         expected = exact(**inputs, output_hidden_states=True).hidden_states
-        for name, build in (("float32", model), ("float32 eager", eager), ("bfloat16", bfloat16)):
+        same = []  # each build given the ids on the host against the ids on the device: the same values, bitwise
+        builds = ("float32", model), ("float32 eager", eager), ("bfloat16", bfloat16), ("float32 export", padded)
+        for name, build in builds:
             layers = build(**inputs, output_hidden_states=True).hidden_states
+            read_there = build(**on_host, output_hidden_states=True).hidden_states
+            same.append(f"{name} {all(torch.equal(a, b) for a, b in zip(layers, read_there))}")
             cells = []
             for layer, truth in zip(layers, expected):
                 difference = (layer.double() - truth)[mask].abs().max().item()
                 cells.append(f"{difference:.1e} ({difference / truth[mask].abs().max().item():.1e})")
             yield f"| {name} | {' | '.join(cells)} |"
+    yield ""
+    yield f"ids on the host give bitwise the layers of ids on the device: {', '.join(same)}"
 
 
 def profile_rows(args, device: torch.device) -> Iterator[str]:
     """Where the time of one call goes, by torch's profiler (after a warm-up call): an inference batch of
-    `--profile-batch-size` sentences (tokenized beforehand) in float32 and bfloat16, and a training step (forward,
+    `--profile-batch-size` sentences (tokenized beforehand) in float32 and bfloat16, each given the ids on the host
+    and moved to the GPU in the call, and a training step (forward,
     backward) of `--train-architectures[-1]` at `--train-batch-sizes[-1]`: the wall time, the kernels launched, the
     GPU's busy time (the sum of its kernels' times), and the kernels taking the most of it; then the host's side of
     another call (cProfile: the Python functions taking the most time of their own)."""
@@ -482,13 +501,16 @@ def profile_rows(args, device: torch.device) -> Iterator[str]:
 
     config = ElmoConfig(**PRESETS[args.architecture])
     batch = synthetic_corpus(args.profile_batch_size)
-    inputs = ElmoTokenizer()(batch, is_split_into_words=True, padding=True, return_tensors="pt").to(device)
+    inputs = ElmoTokenizer()(batch, is_split_into_words=True, padding=True, return_tensors="pt")
     torch.manual_seed(0)
     calls = {}
     for dtype in DTYPES.values():
         model = ElmoModel(config).eval().to(device, dtype)
-        calls[f"inference {str(dtype).removeprefix('torch.')}, batch {args.profile_batch_size}"] = (
+        calls[f"inference {str(dtype).removeprefix('torch.')}, batch {args.profile_batch_size}, ids on the host"] = (
             lambda model=model: model(**inputs), True
+        )
+        calls[f"inference {str(dtype).removeprefix('torch.')}, batch {args.profile_batch_size}, ids on the GPU"] = (
+            lambda model=model: model(**inputs.to(device)), True
         )
     architecture, batch_size = args.train_architectures[-1], args.train_batch_sizes[-1]
     training_config = ElmoConfig(**PRESETS[architecture], word_vocab_size=VOCABULARY_SIZE, pretraining_dropout=0.0)

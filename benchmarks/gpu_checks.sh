@@ -18,17 +18,18 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 nproc | tee -a "$out/gpu.txt"
 
-section() {  # name, seconds (before SCALE), bench_gpu.py arguments
-    local name=$1 limit=$(($2 * scale))
-    shift 2
-    echo "== $name (limit ${limit}s)"
-    timeout "$limit" python3 benchmarks/bench_gpu.py --sections "$name" "$@" >"$out/$name.log" 2>&1
-    echo "exit $?" >>"$out/$name.log"
-    grep -v "^USDT\|Writing model shards" "$out/$name.log" | tail -n 45
+section() {  # name, log name, seconds (before SCALE), bench_gpu.py arguments
+    local name=$1 log=$2 limit=$(($3 * scale))
+    shift 3
+    echo "== $log (limit ${limit}s)"
+    timeout "$limit" python3 benchmarks/bench_gpu.py --sections "$name" "$@" >"$out/$log.log" 2>&1
+    echo "exit $?" >>"$out/$log.log"
+    grep -v "^USDT\|Writing model shards" "$out/$log.log" | tail -n 45
 }
 
-section exactness 60
-section inference 200 --sentences 768  # repeats 2: the first timed pass may still capture (graphs dropped by growth)
-section training 90 --train-steps 2
-section embed 120
-section profile 60 --profile-batch-size 64
+section exactness exactness 60
+section inference inference 240 --sentences 768  # repeats 2: the first timed pass may capture (graphs dropped by growth)
+section training training 90 --train-steps 2
+section embed embed 120
+section profile profile64 60 --profile-batch-size 64
+section profile profile1 60 --profile-batch-size 1

@@ -62,6 +62,11 @@ def check_model_inputs(
             f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}; tokenize with "
             "return_tensors='pt' or pass torch.tensor(attention_mask)."
         )
+    if attention_mask is not None and attention_mask.device != input_ids.device:
+        raise ValueError(
+            f"attention_mask is on {attention_mask.device} but input_ids on {input_ids.device}; pass both as the "
+            "tokenizer returns them or move both with .to(model.device)."
+        )
     chars, width = config.max_characters_per_token, config.row_width
     if input_ids.dim() != 3:
         raise ValueError(
@@ -102,6 +107,19 @@ def check_model_inputs(
                 "attention_mask marks a word whose character ids are all 0 (a padding row); padding rows must "
                 "have attention_mask 0."
             )
+
+
+def check_input_device(input_ids: torch.Tensor | None, device: torch.device):
+    """Raises for ids `ElmoModel` cannot read where they are: on the model's device, or on the CPU, where the
+    tokenizer leaves them (the model then reads them there, without waiting for a GPU, and moves what the device
+    computes with). Anything but a tensor is left to `check_model_inputs`."""
+    if not isinstance(input_ids, torch.Tensor):
+        return
+    if input_ids.device != device and input_ids.device.type != "cpu":
+        raise ValueError(
+            f"input_ids are on {input_ids.device} but the model on {device}; move them with .to(model.device), or "
+            "pass the tokenizer's CPU tensors as they are."
+        )
 
 
 def check_unread_arguments(model: nn.Module, kwargs: dict):

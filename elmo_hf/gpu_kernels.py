@@ -63,7 +63,9 @@ import torch
 from torch.nn import functional
 
 from .cpu_kernels import window_products_max
-from .reference_elmo import KernelRequest, Layer, LstmLinears, LstmState, SequenceBatch, TokenLayers, token_layer
+from .reference_elmo import (
+    KernelRequest, Layer, LstmLinears, LstmState, SequenceBatch, TokenLayers, to_device, token_layer
+)
 from .training_kernels import TRAINING_KERNEL_DTYPES, ForwardRecord, TrainingSteps, step_positions, training_recurrence
 
 FUSED_RECURRENCE_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
@@ -394,7 +396,8 @@ def block_layout(
     the rows each block computes (`graph_rows` of the rows running at its first step), each token's row in the static
     buffers (`(tokens,)` long, on `device`, in the order of the recurrence's inputs: step by step), and a running
     flag of 1 for each. Kept for the last batches' shapes, so the four cells of a call (and batches of the same
-    shape) copy nothing from the host and wait for nothing."""
+    shape) copy nothing from the host; a new shape's copy does not wait for the device's queue either (`to_device`;
+    a blocking copy waited for the token layer)."""
     capacity, steps = graph_rows(batch_size), len(running_rows)
     rows = torch.tensor(running_rows, dtype=torch.long)
     block_rows = [graph_rows(int(rows[start])) for start in range(0, steps, GATE_BLOCK_STEPS)]
@@ -405,7 +408,7 @@ def block_layout(
     block, step_in_block = token_steps // GATE_BLOCK_STEPS, token_steps % GATE_BLOCK_STEPS
     places = block * GATE_BLOCK_STEPS * capacity + step_in_block * rows_of_step + row_in_step
     with torch.inference_mode(False):  # usable by calls made outside inference mode too
-        places = places.to(device)
+        places = to_device(places, device)
         running = torch.ones(len(places), dtype=torch.int8, device=device)
     return block_rows, places, running
 

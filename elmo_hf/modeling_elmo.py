@@ -46,6 +46,7 @@ from transformers.utils.generic import can_return_tuple
 
 from .checks_elmo import (
     check_bilm_trainable,
+    check_input_device,
     check_mix_arguments,
     check_mix_inputs,
     check_model_inputs,
@@ -77,6 +78,7 @@ from .reference_elmo import (
     WordsFirst,
     log_expected_count,
     log_uniform_sample,
+    to_device,
     word_mask,
 )
 from .tokenization_elmo import BEGIN_SENTENCE_TOKEN, END_SENTENCE_TOKEN, word_to_char_ids
@@ -536,23 +538,27 @@ class ElmoModel(ElmoPreTrainedModel):
         two boundary tokens, never on padding; a padded one (the export path) on every position, taking no shape from
         the data. The packed path reads the data on the host twice, both before the token layer is launched (where the
         words are, which rows are distinct): on a GPU the host then queues the rest of the forward while the token
-        layer runs, instead of waiting for it.
+        layer runs, instead of waiting for it. Given ids on the host (the CPU) while the model is on a GPU, it reads
+        them there, never waiting for the GPU, and sends the token layer only the distinct rows and one index.
         """
         batch_size, sequence_length = mask.shape
         lengths = mask.sum(1)
-        boundaries = self.boundary_char_ids.to(input_ids)
+        device = self.boundary_char_ids.device
+        # On the host, the boundary rows come from the config, as the buffer did (a copy from a GPU would wait).
+        boundaries = self.boundary_char_ids if input_ids.device == device else self.boundary_char_ids_of(self.config)
+        boundaries = boundaries.to(input_ids)
         if packed:
             rows, positions = mask.nonzero(as_tuple=True)
             words = torch.cat([boundaries, input_ids[rows, positions]])
             distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
-            embeddings = self.token_encoder(distinct_ids)
+            embeddings = self.token_encoder(to_device(distinct_ids, device))
             # Each position's row of `embeddings`, padding the zero row appended to them: one gather.
             table = nn.functional.pad(embeddings, (0, 0, 0, 1))
             where = occurrences.new_full((batch_size, sequence_length + 2), embeddings.shape[0])
             where[:, 0] = occurrences[0]
             where[rows, positions + 1] = occurrences[2:]
             where[torch.arange(batch_size, device=mask.device), lengths + 1] = occurrences[1]
-            return table[where]
+            return table[to_device(where, device)]
         embeddings = self.token_encoder(torch.cat([boundaries, input_ids.reshape(-1, self.config.row_width)]))
         words = embeddings[2:].view(batch_size, sequence_length, embeddings.shape[-1]) * mask.unsqueeze(-1)
         tokens = nn.functional.pad(words, (0, 0, 1, 1))
@@ -587,6 +593,7 @@ class ElmoModel(ElmoPreTrainedModel):
         packed = not uses_padded_batches(self.config)
         batch = SequenceBatch(lengths + 2, mask.shape[1] + 2, packed, final_steps)
         tokens = self._boundary_tokens(input_ids, mask, batch.packed)
+        batch.to(tokens.device)
         initial_state = initial_lstm_state(self.config, lstm_state, mask.shape[0], tokens)
         layer_outputs, final_state = self.bilm(tokens, batch, initial_state)
         return [torch.cat([tokens, tokens], dim=-1)] + layer_outputs, final_state if batch.final_steps else None
@@ -619,7 +626,13 @@ class ElmoModel(ElmoPreTrainedModel):
         """
         check_unread_arguments(self, kwargs)
         padded = uses_padded_batches(self.config)
+        check_input_device(input_ids, self.boundary_char_ids.device)
         check_model_inputs(self.config, input_ids, attention_mask, self._reads_input_values(), model=self)
+        if padded:  # no host reads to keep on the host: the ids go to the model's device at once
+            input_ids, attention_mask = (
+                None if tensor is None else to_device(tensor, self.boundary_char_ids.device)
+                for tensor in (input_ids, attention_mask)
+            )
         input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
@@ -632,6 +645,7 @@ class ElmoModel(ElmoPreTrainedModel):
             layers, final_state = self.boundary_layers(
                 words_first.apply(input_ids), words_first.mask, lstm_state, final_steps=bool(output_lstm_state)
             )
+            words_first.to(layers[0].device)
             keep = words_first.mask.unsqueeze(-1).to(layers[0].dtype)
             layers = [words_first.restore(layer[:, 1 : sequence_length + 1] * keep) for layer in layers]
         # Rows of the given state beyond this batch pass through (the export path takes exactly batch_size rows).

@@ -50,6 +50,15 @@ class KernelRequest(NamedTuple):
     traced: bool
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`tensor` on `device`. A host tensor goes to a CUDA device without waiting for the work queued there: through
+    page-locked memory (a copy from pageable memory may first wait for the device's queue; torch keeps the page-locked
+    block until the copy is done). Other devices copy as `Tensor.to` does."""
+    if tensor.device.type == "cpu" and device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 class SequenceBatch:
     """Which rows of a batch of right-padded sequences run at which step, and the layout the recurrence reads them in.
 
@@ -93,6 +102,14 @@ class SequenceBatch:
             self.mask = running.transpose(0, 1).unsqueeze(-1)
             # Row r, step t of the backward direction is position lengths[r] - 1 - t (padding stays in place).
             self.reverse = torch.where(running, lengths.unsqueeze(1) - 1 - positions, positions).unsqueeze(-1)
+
+    def to(self, device: torch.device) -> "SequenceBatch":
+        """This layout with its index tensors moved to `device` (in place; returns it; `to_device`). `ElmoModel` lays
+        a batch out where its ids are, on the host, which reads them without waiting for a GPU, and computes on the
+        model's device."""
+        for name in ("order", "unsort", "forward_index", "backward_index") if self.packed else ("mask", "reverse"):
+            setattr(self, name, to_device(getattr(self, name), device))
+        return self
 
     def directions(self, sequences: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`(batch_size, steps, dim)` -> the forward and the backward direction's inputs in this layout (packed
@@ -151,6 +168,13 @@ class WordsFirst:
             counts = mask.cumsum(1)
             padding_positions = lengths + torch.arange(mask.shape[1], device=mask.device) - counts
             self.positions = torch.where(mask, counts - 1, padding_positions)
+
+    def to(self, device: torch.device) -> "WordsFirst":
+        """These moves with their index tensors on `device` (in place; returns them), as `SequenceBatch.to`."""
+        for name in ("mask", "order") if self.packed else ("mask", "positions"):
+            if getattr(self, name) is not None:
+                setattr(self, name, to_device(getattr(self, name), device))
+        return self
 
     def apply(self, tensor: torch.Tensor) -> torch.Tensor:
         """`(batch_size, sequence_length, ...)` -> each row's words first."""

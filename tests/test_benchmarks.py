@@ -144,8 +144,8 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     builds = [row[1].strip() for row in rows if row[0].strip() == "2" and len(row) == 8]
     assert {row[-1].strip() for row in rows if row[0].strip() == "2" and len(row) == 8} == {"0, 0"}  # no CUDA graphs
     assert builds == [
-        "elmo-hf float32", "elmo-hf float32 without graphs", "elmo-hf bfloat16", "cuDNN nn.LSTM float32",
-        "cuDNN nn.LSTM float32 without TF32",
+        "elmo-hf float32", "elmo-hf float32, ids moved to the GPU first", "elmo-hf float32 without graphs",
+        "elmo-hf bfloat16", "cuDNN nn.LSTM float32", "cuDNN nn.LSTM float32 without TF32",
     ]  # fmt: skip
     assert [row[2].strip() for row in rows if row[0].strip() == "ptb"] == [
         "elmo-hf", "elmo-hf reference", "cuDNN nn.LSTM without TF32", "cuDNN nn.LSTM"
@@ -168,10 +168,15 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     # the profile: each call's kernels (none on a CPU) and the host's functions, by own and by cumulative time
     profiled = [line for line in result.stdout.splitlines() if "ms wall (profiled)" in line]
     assert [line.split(":")[0] for line in profiled] == [
-        "inference float32, batch 256", "inference bfloat16, batch 256", "training ptb, batch 2"
+        *(f"inference {dtype}, batch 256, ids on the {side}" for dtype in ("float32", "bfloat16") for side in
+          ("host", "GPU")),
+        "training ptb, batch 2",
     ]
-    assert result.stdout.count("functions by cumulative time") == 3
-    assert result.stdout.count("host synchronisations: 0 ()") == 3  # counted on CUDA only
+    assert result.stdout.count("functions by cumulative time") == 5
+    assert result.stdout.count("host synchronisations: 0 ()") == 5  # counted on CUDA only
+    # ids read on the host: the same layers as ids on the device, bitwise, in every build (one device here)
+    same = next(line for line in result.stdout.splitlines() if line.startswith("ids on the host give bitwise"))
+    assert same.count(" True") == 4 and "False" not in same
     float32 = next(row for row in rows if row[0].strip() == "float32")  # the exactness table's row
     assert all(float(cell.split()[0]) <= 1e-5 for cell in float32[1:])
     # Triton vs reference (on a CPU the fused recurrence only: graphs need CUDA)

@@ -6,6 +6,8 @@ import pytest
 import torch
 from conftest import encode, tiny_config
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from elmo_hf import (
     ElmoConfig,
@@ -67,6 +69,45 @@ def test_left_padding_gives_the_same_vectors(tiny_model, tokenizer):
         for right_layer, left_layer in zip(right_out, left_out):
             torch.testing.assert_close(left_layer[row, -len(words) :], right_layer[row, : len(words)])
             assert torch.all(left_layer[row, : 6 - len(words)] == 0)
+
+
+class MixedDevices(TorchDispatchMode):
+    """Records every op given tensors on more than one device (0-dim ones aside): an index left on the host that
+    torch would copy to the device itself, waiting for it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        tensors = [leaf for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor) and leaf.dim()]
+        if len({tensor.device for tensor in tensors}) > 1:
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("implementation", ["auto", "export"])
+def test_ids_on_the_host_are_read_there_and_the_model_computes_on_its_own_device(tokenizer, implementation):
+    """A model on another device (here `meta`, which holds no values: any read of the data there would fail) given
+    the tokenizer's CPU tensors, left padding and a hole included: every check and layout is computed on the host, the
+    device gets its inputs and indices moved explicitly (no op mixes devices), and the outputs come out with the
+    shapes of the same model on the host, on the model's device."""
+    inputs = encode(tokenizer, SENTENCES, padding_side="left")
+    inputs["attention_mask"][0, -2] = 0
+    config = tiny_config(elmo_implementation=implementation)
+    torch.manual_seed(0)
+    on_host = ElmoModel(config).eval()
+    elsewhere = ElmoModel(config).eval().to("meta")
+    state = tuple(torch.zeros(4, len(SENTENCES) + 1, dim) for dim in (8, 16))
+    with torch.no_grad():
+        expected = on_host(**inputs, lstm_state=state, output_hidden_states=True, output_lstm_state=True)
+        with MixedDevices() as mixed:
+            meta_state = tuple(tensor.to("meta") for tensor in state)
+            outputs = elsewhere(**inputs, lstm_state=meta_state, output_hidden_states=True, output_lstm_state=True)
+    assert mixed.ops == []
+    got_all, want_all = (*outputs.hidden_states, *outputs.lstm_state), (*expected.hidden_states, *expected.lstm_state)
+    for got, want in zip(got_all, want_all):
+        assert got.device.type == "meta" and got.shape == want.shape and got.dtype == want.dtype
 
 
 def test_empty_sentences_give_zero_rows(tiny_model, tokenizer):
@@ -276,6 +317,12 @@ def test_loaded_weights_lie_aligned_and_compute_the_saved_models_bits(tiny_model
         (lambda ids, mask: dict(input_ids=ids, attention_mask=mask[:, :2]), ValueError, "attention_mask must have"),
         (lambda ids, mask: dict(input_ids=ids, attention_mask=torch.ones_like(mask)), ValueError, "padding row"),
         (lambda ids, mask: dict(input_ids=ids[:0]), ValueError, "empty batch"),
+        (lambda ids, mask: dict(input_ids=ids.to("meta")), ValueError, "input_ids are on meta but the model on cpu"),
+        (
+            lambda ids, mask: dict(input_ids=ids, attention_mask=mask.to("meta")),
+            ValueError,
+            "attention_mask is on meta but input_ids on cpu",
+        ),
         (lambda ids, mask: dict(), ValueError, "needs input_ids"),
         (lambda ids, mask: dict(input_ids=ids, lstm_state=torch.zeros(3)), TypeError, "lstm_state"),
         (
