@@ -17,6 +17,7 @@ the checks of input that the commands and the library functions under them share
 Not part of the model core: these never travel with a saved folder.
 """
 
+import math
 import numbers
 import os
 
@@ -40,6 +41,11 @@ class ElmoRunError(RuntimeError):
 def is_whole(value: object) -> bool:
     """Whether `value` is an integer (numpy's included), not a bool, a float or a str."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_finite_real(value: object) -> bool:
+    """Whether `value` is a finite real number (numpy's included), not a bool, a str, NaN or an infinity."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_positive_integer(name: str, value: object, error: type[ElmoInputError] = ElmoInputError) -> None:

@@ -59,6 +59,7 @@ from .checks_elmo import (
     token_labels,
 )
 from .configuration_elmo import ElmoConfig, is_int
+from .errors import is_finite_real
 from .kernels_elmo import (
     DIRECTIONS_IMPLEMENTATIONS,
     RECURRENCE_IMPLEMENTATIONS,
@@ -704,6 +705,8 @@ class ElmoScalarMix(nn.Module):
         cls, weights: list[float], gamma: float = 1.0, layer_norm: str | None = None
     ) -> "ElmoScalarMix":
         """A fixed mix applying exactly `weights` (non-negative, summing to 1; zeros drop a layer) and `gamma`."""
+        if not is_finite_real(gamma):  # NaN or inf gives NaN vectors, a str fails inside torch's fill_
+            raise ValueError(f"gamma must be a finite number, got {gamma!r}.")
         weights = torch.tensor(weights, dtype=torch.float64)
         if weights.dim() != 1 or not len(weights) or not bool((torch.isfinite(weights) & (weights >= 0)).all()):
             raise ValueError(f"weights must be non-negative numbers, one per layer, got {weights.tolist()}.")
@@ -714,7 +717,7 @@ class ElmoScalarMix(nn.Module):
             )
         mix = cls(len(weights), layer_norm=layer_norm, fixed_weights=weights.log().tolist())
         with torch.no_grad():
-            mix.gamma.fill_(gamma)
+            mix.gamma.fill_(float(gamma))
         return mix
 
     @classmethod

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import tiny_config
 
-from elmo_hf import ElmoForTokenClassification
+from elmo_hf import ElmoForTokenClassification, ElmoScalarMix, ElmoTokenizer
 from elmo_hf.integrations.allennlp import ElmoEmbedder, batch_to_ids
 from elmo_hf.integrations.ray import ElmoBatchEmbedder
 from elmo_hf.integrations.sentence_transformers import ElmoSentenceModule
@@ -201,3 +201,65 @@ def test_embed_file_refuses_an_input_that_is_no_text_file(embedder, tmp_path, in
     with pytest.raises(TypeError, match=match):
         embedder.embed_file(input_file, tmp_path / "out.hdf5")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("tokenizer, got", [("x", "got str"), (ElmoTokenizer, "got the class ElmoTokenizer"),
+                                            ("", "got str")])
+def test_batch_to_ids_refuses_a_tokenizer_that_is_no_tokenizer_instance(tokenizer, got):
+    """"x" was "'str' object is not callable" from deep inside; "" (falsy) silently became the default tokenizer."""
+    with pytest.raises(TypeError, match=f"batch_to_ids: tokenizer must be a tokenizer instance.*{got}"):
+        batch_to_ids([["a", "b"]], tokenizer)
+
+
+def test_word_vectors_refuse_no_tokenizer_when_built(embedder):
+    """None was taken, and the first batch failed with "'NoneType' object is not callable"."""
+    with pytest.raises(TypeError, match="WordVectors: tokenizer must be a tokenizer instance.*got NoneType"):
+        WordVectors(embedder.model, None)
+
+
+@pytest.mark.parametrize("flag", ["forget_sentences", "use_sentence_keys"])
+@pytest.mark.parametrize("value", ["no", "false", 1, None])
+def test_embed_file_switches_that_are_no_bool_are_refused(embedder, tmp_path, flag, value):
+    """"no" (from a config file) was true: the sentence index was left out, or the lines became the keys."""
+    source = tmp_path / "lines.txt"
+    source.write_text("a b\nc\n", encoding="utf-8")
+    with pytest.raises(TypeError, match=f"{flag} must be True or False, got {value!r}"):
+        embedder.embed_file(source, tmp_path / "out.hdf5", **{flag: value})
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["lines.txt"]
+
+
+def test_embed_file_takes_numpy_bools_as_switches(embedder, tmp_path):
+    source = tmp_path / "lines.txt"
+    source.write_text("a b\nc\n", encoding="utf-8")
+    embedder.embed_file(source, tmp_path / "out.hdf5", forget_sentences=np.True_, use_sentence_keys=np.False_)
+    with h5py.File(tmp_path / "out.hdf5") as file:
+        assert sorted(file) == ["0", "1"]
+
+
+def test_a_ray_output_column_that_is_the_text_column_is_refused(tiny_folder):
+    """The vectors silently replaced the texts."""
+    with pytest.raises(ValueError, match="output_column 'text' is text_column 'text'"):
+        ElmoBatchEmbedder(tiny_folder, device="cpu", output_column="text")
+    with pytest.raises(ValueError, match="output_column 'line' is text_column 'line'"):
+        ElmoBatchEmbedder(tiny_folder, device="cpu", text_column="line", output_column="line")
+
+
+@pytest.mark.parametrize("output_file_path", [None, 5])
+def test_embed_file_refuses_an_output_that_is_no_path(embedder, tmp_path, output_file_path):
+    """None was pathlib's "argument should be a str or an os.PathLike object ..., not 'NoneType'"."""
+    source = tmp_path / "lines.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    with pytest.raises(TypeError, match="output_file_path must be the path of the HDF5 file to write"):
+        embedder.embed_file(source, output_file_path)
+
+
+@pytest.mark.parametrize("gamma", [math.nan, math.inf, "2", True, None])
+def test_from_weights_refuses_a_gamma_that_is_no_finite_number(gamma):
+    """NaN and inf were taken (NaN vectors), "2" and None failed inside torch's fill_, True was read as 1."""
+    with pytest.raises(ValueError, match="gamma must be a finite number"):
+        ElmoScalarMix.from_weights([0.2, 0.3, 0.5], gamma=gamma)
+
+
+def test_a_numpy_gamma_still_mixes(embedder):
+    vectors = WordVectors(embedder.model, embedder.tokenizer, "mix", [0.2, 0.3, 0.5], np.float32(2.0))
+    assert vectors.mix.gamma.item() == 2.0

@@ -45,7 +45,16 @@ from ..conversion.convert import file_mode
 from ..corpus.embed import MODEL_DTYPES, write_index
 from ..errors import is_whole
 from ..packaged_elmo import DEFAULT_MODEL
-from .vectors import WordVectors, check_batch_size, check_sentences, check_settings, check_words, load_elmo
+from .vectors import (
+    WordVectors,
+    check_batch_size,
+    check_flag,
+    check_sentences,
+    check_settings,
+    check_tokenizer,
+    check_words,
+    load_elmo,
+)
 
 DEFAULT_BATCH_SIZE = 64  # AllenNLP's
 OUTPUT_FORMATS = ("all", "top", "average")
@@ -62,7 +71,8 @@ def batch_to_ids(batch: list[list[str]], tokenizer: ElmoTokenizer | None = None)
     """
     check_sentences(batch, "batch_to_ids")
     batch = [check_words(words, index) for index, words in enumerate(batch)]
-    tokenizer = tokenizer or ElmoTokenizer()
+    tokenizer = ElmoTokenizer() if tokenizer is None else tokenizer
+    check_tokenizer(tokenizer, "batch_to_ids")
     if not batch:
         return torch.zeros(0, 0, tokenizer.row_width, dtype=torch.long)
     return tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")["input_ids"]
@@ -97,8 +107,7 @@ class ElmoEmbedder:
             raise ValueError(f"give device ({device!r}) or cuda_device ({cuda_device}), not both.")
         if not is_whole(cuda_device):
             raise TypeError(f"cuda_device must be a GPU index (an int; -1, the default: CPU), got {cuda_device!r}.")
-        if stateful not in (True, False):  # "false" from a config file would be true
-            raise TypeError(f"stateful must be True or False, got {stateful!r}.")
+        check_flag("stateful", stateful)
         device = check_settings(
             device if device is not None else f"cuda:{cuda_device}" if cuda_device >= 0 else "cpu", model_dtype
         )
@@ -167,6 +176,13 @@ class ElmoEmbedder:
         if output_format not in OUTPUT_FORMATS:
             raise ValueError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}.")
         check_batch_size(batch_size)
+        check_flag("forget_sentences", forget_sentences)
+        check_flag("use_sentence_keys", use_sentence_keys)
+        if not isinstance(output_file_path, (str, os.PathLike)):
+            raise TypeError(
+                f"output_file_path must be the path of the HDF5 file to write (a str or a path), got "
+                f"{type(output_file_path).__name__}."
+            )
         output = Path(output_file_path)
         if isinstance(input_file, (str, os.PathLike)):
             if Path(input_file).exists() and output.exists() and Path(input_file).resolve() == output.resolve():

@@ -84,6 +84,11 @@ class ElmoBatchEmbedder:
     ):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
+        if output_column == text_column:
+            raise ValueError(
+                f"output_column {output_column!r} is text_column {text_column!r}: the vectors would replace the "
+                "texts; give another output_column (default 'vectors')."
+            )
         check_batch_size(batch_size, max_tokens)
         elmo, tokenizer = load_elmo(model, device, model_dtype)
         self.vectors = WordVectors(elmo, tokenizer, layers, mix_weights, gamma, dtype)

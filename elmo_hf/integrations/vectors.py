@@ -15,8 +15,6 @@
 asks for, in batches grouped by length exactly as `elmo-hf embed` groups them (so that the vectors are bitwise the
 command's for the same batch size)."""
 
-import math
-import numbers
 import os
 from collections.abc import Iterable, Iterator
 
@@ -35,7 +33,7 @@ from ..corpus.embed import (
     resolve_device,
     sentence_vectors,
 )
-from ..errors import is_whole
+from ..errors import is_finite_real, is_whole
 from ..packaged_elmo import resolve_model_name
 
 
@@ -69,7 +67,7 @@ def check_numbers(name: str, values: Iterable[object]) -> None:
     """Refuses a setting (`gamma`, mix weights, scalars) holding anything but finite real numbers: a str fails deep
     inside torch, a NaN or an infinity gives NaN vectors."""
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        if not is_finite_real(value):
             raise ValueError(f"{name}: {value!r} is not a finite number.")
 
 
@@ -96,6 +94,23 @@ def check_sentences(sentences: object, name: str) -> None:
         raise TypeError(
             f"{name} takes sentences, each a list of words, got a flat list of str {list(sentences[:3])!r}...: it "
             "would be read as one-word sentences. Pass [words] for one sentence, or a list of word lists."
+        )
+
+
+def check_flag(name: str, value: object) -> None:
+    """Refuses a switch that is no bool (or NumPy bool): "false" or "no" from a config file would be true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}.")
+
+
+def check_tokenizer(tokenizer: object, name: str) -> None:
+    """Refuses what is no tokenizer instance (None, a str, a tokenizer class), which failed at the first batch with a
+    bare "not callable" TypeError; by what is used, a call, not by class (remote code has its own ElmoTokenizer)."""
+    if isinstance(tokenizer, type) or not callable(tokenizer):
+        got = f"the class {tokenizer.__name__}" if isinstance(tokenizer, type) else type(tokenizer).__name__
+        raise TypeError(
+            f"{name}: tokenizer must be a tokenizer instance, the model's own "
+            f"(ElmoTokenizer.from_pretrained(folder)), got {got}."
         )
 
 
@@ -156,6 +171,7 @@ class WordVectors:
         if getattr(getattr(model, "config", None), "model_type", None) != "elmo" or hasattr(model, "elmo"):
             hint = "; pass its biLM, model.elmo" if hasattr(model, "elmo") else ""
             raise TypeError(f"WordVectors takes an ElmoModel (the biLM), got {type(model).__name__}{hint}.")
+        check_tokenizer(tokenizer, "WordVectors")
         self.model, self.tokenizer, self.layers, self.dtype = model, tokenizer, layers, dtype
         self.num_representations = model.config.num_layers + 1
         self.mix = layer_mix(layers, self.num_representations, mix_weights, gamma)
@@ -234,9 +250,11 @@ class WordVectors:
 __all__ = [
     "WordVectors",
     "check_batch_size",
+    "check_flag",
     "check_numbers",
     "check_sentences",
     "check_settings",
+    "check_tokenizer",
     "check_words",
     "layer_mix",
     "load_elmo",
