@@ -1,6 +1,7 @@
-"""`elmo-hf perplexity` and `elmo-hf merge-shards` as a hostile user tries them: shard names embed never writes,
-shards that are not embed's, a batch size beyond any integer, a `--json` name too long for its folder. Each is one
-`error:` line (exit 2) with nothing written and the inputs intact, or the correct result."""
+"""`elmo-hf perplexity`, `merge-shards` and `pretrain` as a hostile user tries them: shard names embed never writes,
+shards that are not embed's, a batch size beyond any integer, a `--json` name too long for its folder or already
+there, a vocabulary file that cannot be used, options too large for the text. Each is one `error:` line (exit 2) with
+nothing written and the inputs intact, or the correct result."""
 
 import json
 import math
@@ -10,12 +11,12 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import TINY_PRETRAINING, tiny_config
 
 from elmo_hf import ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from elmo_hf.cli import main
 from elmo_hf.corpus import perplexity as perplexity_module
-from elmo_hf.corpus.data import ElmoWordVocabulary
+from elmo_hf.corpus.data import CorpusError, ElmoWordVocabulary
 from elmo_hf.corpus.embed import EmbedError, merge_shards
 
 LINES = ["the cat sat", "a dog barked", "", "birds fly", "ok"]
@@ -161,3 +162,82 @@ def test_perplexity_refuses_a_json_name_too_long_for_its_folder_before_computing
     error = one_error_line(capsys.readouterr().err)
     assert f"--json {output} cannot be written: its name is too long (260 bytes" in error and "shorter name" in error
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"", "is empty"),
+        (b"\xef\xbb\xbf", "is empty"),  # a byte-order mark alone
+        ("</S>\n<S>\n<UNK>\nthe\ncat\nsat\nthe\nmat\n".encode(), "lists 'the' twice; keep one line per word"),
+        ("the\n</S>\n<S>\n<UNK>\ncat\nsat\non\nmat\n".encode(), "must start with </S>, <S>, <UNK>"),
+        (b"</S>\n<S>\n<UNK>\n\xff\n", "bytes at 15 are not UTF-8"),
+    ],
+)
+def test_perplexity_names_the_vocabulary_file_that_cannot_be_used(pretraining_folder, tmp_path, content, problem,
+                                                                   capsys):
+    """An empty vocabulary file, one listing a word twice or without the special words first was refused without its
+    path: the user could not tell whether --vocab or the model's own vocab.txt was meant."""
+    vocabulary = tmp_path / "my vocab.txt"
+    vocabulary.write_bytes(content)
+    text = pretraining_folder.parent / "text.txt"
+    assert perplexity("--model", pretraining_folder, "--text", text, "--vocab", vocabulary) == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert error.startswith(f"error: vocabulary file {vocabulary}") and problem in error, error
+
+
+def test_an_unreadable_vocabulary_file_is_named(tmp_path, monkeypatch):
+    """A vocabulary file that cannot be read ended in a bare PermissionError (a traceback in a command)."""
+    vocabulary = tmp_path / "vocab.txt"
+    vocabulary.write_text("</S>\n<S>\n<UNK>\n", encoding="utf-8")
+
+    def unreadable(path: Path, *args, **kwargs) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(Path, "read_text", unreadable)
+    with pytest.raises(CorpusError, match=f"vocabulary file {vocabulary} cannot be read \\(Permission denied\\)"):
+        ElmoWordVocabulary.load(tmp_path)
+
+
+def test_perplexity_replaces_an_existing_json_file_only_with_overwrite(pretraining_folder, tmp_path, monkeypatch,
+                                                                      capsys):
+    """An existing `--json` file was replaced without a word; it is refused, before any scoring, unless --overwrite
+    (as `embed` and `merge-shards` refuse an existing OUTPUT)."""
+    text = pretraining_folder.parent / "text.txt"
+    output = tmp_path / "result.json"
+    output.write_text("the user's results", encoding="utf-8")
+    with monkeypatch.context() as patch:
+        patch.setattr(perplexity_module, "model_perplexity", lambda *args: pytest.fail("computed"))
+        assert perplexity("--model", pretraining_folder, "--text", text, "--json", output) == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert error == f"error: --json {output} exists; pass --overwrite to replace it, or give a new path."
+    assert output.read_text(encoding="utf-8") == "the user's results"
+    assert perplexity("--model", pretraining_folder, "--text", text, "--json", output, "--overwrite") == 0
+    assert json.loads(output.read_text())["predictions"] == 8 + 3
+
+
+def pretrain(*argv) -> int:
+    return main(["pretrain", *map(str, [*argv, *TINY_PRETRAINING, "--no-progress"])])
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--batch-size", 2**70, "--streaming"], "fewer than one optimizer step for each of the 1 processes (1 x "
+                                                 f"--batch-size {2**70} x --gradient-accumulation-steps 1)"),
+        (["--gradient-accumulation-steps", 2**70, "--streaming"], "fewer than one optimizer step"),
+        (["--batch-size", 2**70], f"fewer than one batch for each of the 1 processes (1 x --batch-size {2**70})"),
+        (["--softmax", "sampled", "--num-samples", 2**70], f"--num-samples {2**70}: more than the 15 words"),
+        (["--min-count", 2**70], f"minimum count {2**70} keeps no word of the corpus (the most frequent is seen 24 "
+                                 "times); give a smaller --min-count."),
+    ],
+)
+def test_pretrain_refuses_numbers_too_large_for_the_text(corpus, tmp_path, options, message, capsys):
+    """A streamed text shorter than one optimizer step ended in a ValueError traceback from islice (`--batch-size
+    2**70`) or was read over and over without a step (`--gradient-accumulation-steps 2**70`), `--num-samples 2**70`
+    in a traceback from torch.rand, each leaving a half-made --output; `--min-count 2**70` trained a softmax over the
+    special words alone. Unstreamed text was refused already (kept as a check)."""
+    output = tmp_path / "out"
+    assert pretrain("--train", corpus, "--output", output, "--max-steps", 1, *options) == 2
+    assert message in one_error_line(capsys.readouterr().err)
+    assert not output.exists()

@@ -30,13 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--errors", choices=DECODING_ERRORS, default="strict", help="non-UTF-8 bytes: error or U+FFFD")
     add_threads_argument(parser)
     parser.add_argument("--json", help="also write the result to this JSON file (default: none)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --json file (default: off)")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """`elmo-hf perplexity`: 0 on success, 2 for unusable input or options, 1 where the result cannot be written."""
     result = corpus_perplexity(args.model, args.text, vocab=args.vocab, batch_size=args.batch_size,
                                max_words=args.max_words, errors=args.errors, threads=args.threads,
-                               json_output=args.json)
+                               json_output=args.json, overwrite=args.overwrite)
     print(
         f"forward perplexity  {result['forward_perplexity']:.3f}\n"
         f"backward perplexity {result['backward_perplexity']:.3f}\n"

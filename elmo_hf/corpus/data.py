@@ -112,10 +112,13 @@ class ElmoWordVocabulary:
 
     def __init__(self, words: list[str]):
         if tuple(words[: len(SPECIAL_WORDS)]) != SPECIAL_WORDS:
-            raise CorpusError(f"a vocabulary must start with {', '.join(SPECIAL_WORDS)}; got {words[:3]}.")
+            raise CorpusError(
+                f"a vocabulary must start with {', '.join(SPECIAL_WORDS)}; got {words[:3]}: put them first, in this "
+                "order."
+            )
         if len(set(words)) != len(words):
             duplicate = next(word for word, count in Counter(words).items() if count > 1)
-            raise CorpusError(f"the vocabulary lists {duplicate!r} twice.")
+            raise CorpusError(f"the vocabulary lists {duplicate!r} twice; keep one line per word.")
         self.words = list(words)
         self.ids = {word: index for index, word in enumerate(self.words)}
         self.eos_id, self.bos_id, self.unk_id = range(len(SPECIAL_WORDS))
@@ -147,6 +150,12 @@ class ElmoWordVocabulary:
             raise CorpusError("the corpus files hold no words (only empty lines).")
         kept = sorted((word for word, count in counts.items() if count >= min_count and word not in SPECIAL_WORDS),
                       key=lambda word: (-counts[word], word))
+        if not kept and min_count > 1:
+            most = max((count for word, count in counts.items() if word not in SPECIAL_WORDS), default=0)
+            raise CorpusError(
+                f"minimum count {min_count} keeps no word of the corpus (the most frequent is seen {most} times); "
+                "give a smaller --min-count."
+            )
         if max_size is not None:
             if max_size <= len(SPECIAL_WORDS):
                 raise CorpusError(f"vocabulary size {max_size} leaves no room for words beside {SPECIAL_WORDS}.")
@@ -160,19 +169,27 @@ class ElmoWordVocabulary:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ElmoWordVocabulary":
-        """Reads `vocab.txt` (or the one inside a folder)."""
+        """Reads `vocab.txt` (or the one inside a folder); a `CorpusError` for a file that cannot be used names it."""
         path = Path(path)
         if path.is_dir():
             path = path / VOCABULARY_FILE
         if not path.is_file():
-            raise CorpusError(f"vocabulary file not found: {path}")
+            raise CorpusError(f"vocabulary file not found: {path}; give a vocab.txt or the folder that holds one.")
+        form = f"a vocab.txt is UTF-8, one word a line, {', '.join(SPECIAL_WORDS)} first"
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise CorpusError(f"vocabulary file {path}: bytes at {error.start} are not UTF-8; {form}.") from None
+        except OSError as error:
+            reason = error.strerror or error
+            raise CorpusError(f"vocabulary file {path} cannot be read ({reason}); make it readable.") from None
+        if not text:
+            raise CorpusError(f"vocabulary file {path} is empty; {form}.")
         try:
             # One word a line (the last one with or without its newline), after any byte-order mark an editor wrote.
-            return cls(path.read_text(encoding="utf-8-sig").removesuffix("\n").split("\n"))
-        except UnicodeDecodeError as error:
-            raise CorpusError(
-                f"vocabulary file {path}: bytes at {error.start} are not UTF-8; a vocab.txt is UTF-8, one word a line."
-            ) from None
+            return cls(text.removesuffix("\n").split("\n"))
+        except CorpusError as error:
+            raise CorpusError(f"vocabulary file {path}: {error}") from None
 
 
 class ElmoTextDataset(IterableDataset):

@@ -96,13 +96,14 @@ def corpus_perplexity(
     errors: str = "strict",
     threads: int | None = None,
     json_output: str | os.PathLike | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """Each direction's perplexity of pretraining folder (or packaged model name) `model` on the text files.
 
     Returns `model_perplexity`'s result (`loss`, `forward_perplexity`, `backward_perplexity`, `predictions`) with the
-    number of `words` and the `files`; `json_output` also gets it, written atomically. Raises `PreTrainingError` (or
-    `CorpusError`) for unusable input or options, before anything is computed or written, and `PreTrainingRunError`
-    where `json_output` cannot be written.
+    number of `words` and the `files`; `json_output` also gets it, written atomically (an existing file only with
+    `overwrite`). Raises `PreTrainingError` (or `CorpusError`) for unusable input or options, before anything is
+    computed or written, and `PreTrainingRunError` where `json_output` cannot be written.
     """
     for name, value in (("batch-size", batch_size), ("max-words", max_words)):
         check_positive_integer(name, value, PreTrainingError)
@@ -128,6 +129,8 @@ def corpus_perplexity(
     if json_output is not None:
         inputs = [*text, folder, *([vocab] if vocab else [])]
         check_output_file(json_output, inputs, PreTrainingError, "--json")
+        if json_output.exists() and not overwrite:
+            raise PreTrainingError(f"--json {json_output} exists; pass --overwrite to replace it, or give a new path.")
     pretraining_model, vocabulary = load_pretraining_model(folder, vocab and Path(vocab))
     sentences = load_sentences(text, errors=errors)
     if threads is not None:

@@ -714,6 +714,11 @@ def pretrain(
             )
     else:
         vocabulary = choose_vocabulary(train, vocab and Path(vocab), model, new_softmax, vocab_size, min_count, errors)
+    if softmax == "sampled" and num_samples > len(vocabulary):
+        raise PreTrainingError(
+            f"--num-samples {num_samples}: more than the {len(vocabulary)} words of the vocabulary, which the full "
+            "softmax scores exactly; give at most that many, or --softmax full."
+        )
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -724,16 +729,23 @@ def pretrain(
     pretraining_model = load_model(model, vocabulary, config, options)
     if resume_from is not None:
         check_architecture(resume_from, pretraining_model.config)
+    # One batch for each process at least; of a stream, one optimizer step's batches, without which Trainer reads it
+    # over and over and never steps (a stream is read only that far here).
+    needed, unit, remedy = world_size * batch_size, "batch", "a smaller --batch-size"
     if streaming:
         train_dataset = ElmoTextDataset(train, errors=errors)
+        needed *= gradient_accumulation_steps
+        unit, remedy = "optimizer step", f"{remedy}, fewer --gradient-accumulation-steps"
+        found = sum(1 for _ in zip(range(needed), train_dataset))
     else:
         train_dataset = load_sentences(train, errors=errors)
-        if len(train_dataset) < world_size * batch_size:
-            raise PreTrainingError(
-                f"the training text has {len(train_dataset)} sentences, fewer than one batch for each of the "
-                f"{world_size} processes ({world_size} x --batch-size {batch_size}); use fewer processes, a "
-                "smaller --batch-size or more text."
-            )
+        found = len(train_dataset)
+    if found < needed:
+        accumulation = f" x --gradient-accumulation-steps {gradient_accumulation_steps}" if streaming else ""
+        raise PreTrainingError(
+            f"the training text has {found} sentences, fewer than one {unit} for each of the {world_size} processes "
+            f"({world_size} x --batch-size {batch_size}{accumulation}); use fewer processes, {remedy} or more text."
+        )
     eval_sentences = load_sentences([validation], errors=errors) if validation is not None else None
     if eval_sentences is not None and len(eval_sentences) < world_size:
         raise PreTrainingError(
