@@ -14,7 +14,8 @@
 """The two kinds of failure of the library under the commands, which the command line maps to its exit status, and
 the checks of input that the commands and the library functions under them share.
 
-Not part of the model core: these never travel with a saved folder.
+A saved folder carries this file with the model code (the tokenizer's and the scalar mix's checks import from it),
+so it imports nothing of the package and nothing beyond what a saved folder's code already needs.
 """
 
 import math
