@@ -4,6 +4,7 @@ that computes nothing, so that reading, tokenizing, gathering the vectors, writi
     python benchmarks/bench_embed.py                                  # original architecture, 20,000 sentences
     python benchmarks/bench_embed.py --layers all top --dtypes float32 float16 --sentences 5000
     python benchmarks/bench_embed.py --package /tmp/elmo-hf-45559af   # another checkout's elmo_hf, for a before/after
+    python benchmarks/bench_embed.py --layers top --dtypes float16 --writers 0 1 2   # writer thread, 1 or 2 processes
 
 A GPU runs the original architecture at 90,000-220,000 words/s (issue measurements in benchmarks/README.md), so the
 command reaches such rates only if everything else does: this table is that ceiling on the machine at hand. The
@@ -12,11 +13,12 @@ tensors made once), as a model on a GPU costs the host nothing but its launches;
 with them runs as it does for a real model, on the CPU. The corpus is `bench_inference.py`'s synthetic one, or the
 lines of `--text` files as they are (one sentence a line, whitespace-split).
 
-Columns: run words/s (`EmbedSummary.seconds`: first line read to last part written), the CPU time of the run's
-reader, main (the model and the gathering of the vectors) and writer threads as a share of the run
-(`EmbedSummary.thread_seconds`: a thread near 100% bounds the run; together they cannot pass the cores, nor, for their
-Python, one core's worth of the GIL), the seconds of the call outside the run ("other s": counting the lines, the
-model's fingerprint, the final merge and its checks), total words/s (the whole call of `embed_corpus`), the output's
+Columns: the writer processes (`--writers`; 0: the writer thread writes the parts), run words/s
+(`EmbedSummary.seconds`: first line read to last part written), the CPU time of the run's reader, main (the model and
+the gathering of the vectors) and writer threads and of its writer processes together as a share of the run
+(`EmbedSummary.thread_seconds`: a thread near 100% bounds the run; together the threads cannot pass the cores, nor, for
+their Python, one core's worth of the GIL, which the writer processes do not share), the seconds of the call outside
+the run ("other s": counting the lines, the model's fingerprint, the final merge and its checks), total words/s (the whole call of `embed_corpus`), the output's
 size, and the rate it was written at over the whole call (MB/s; the merge writes it a second time). The header
 gives the CPU, the load average, and the rate at which the output's folder takes a fresh 1 GiB file (written and
 synced): the vectors of `--layers all` in float32 are 12 KiB a word for the original architecture, so that rate
@@ -47,6 +49,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--layers", nargs="+", choices=["all", "top", "average"], default=["all", "top"])
     parser.add_argument("--dtypes", nargs="+", choices=["float32", "float16"], default=["float32", "float16"])
     parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument(
+        "--writers", type=int, nargs="+", default=[None],
+        help="writer processes, one table row per count (default: the command's choice for this machine)",
+    )
     parser.add_argument("--scratch", default=None, help="folder for input and output (default: a temporary folder)")
     parser.add_argument("--package", default=None, help="a checkout whose elmo_hf to measure (default: this one)")
     return parser.parse_args()
@@ -74,10 +80,11 @@ class StandIn(nn.Module):
 
 
 def thread_shares(summary) -> str:
-    """The CPU time of an embed run's reader, main and writer threads (`EmbedSummary.thread_seconds`) as shares of the
-    run, as three table cells."""
+    """The CPU time of an embed run's reader, main and writer threads and of its writer processes together
+    (`EmbedSummary.thread_seconds`) as shares of the run, as four table cells."""
     return " | ".join(
-        f"{100 * summary.thread_seconds[name] / summary.seconds:.0f}%" for name in ("reader", "main", "writer")
+        f"{100 * summary.thread_seconds[name] / summary.seconds:.0f}%"
+        for name in ("reader", "main", "writer", "writer processes")
     )
 
 
@@ -120,26 +127,28 @@ def main() -> int:
         print(f"{scratch} takes a fresh 1 GiB file at {write_rate(scratch):,.0f} MB/s (written and synced)")
         print(f"{args.architecture} architecture (stand-in), {len(lines):,} sentences, {words:,} words, "
               f"batch {args.batch_size}\n")
-        print("| layers | dtype | run words/s | reader CPU | main CPU | writer CPU | other s | total words/s | "
-              "output MiB | written MB/s |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| layers | dtype | writers | run words/s | reader CPU | main CPU | writer CPU | writer processes CPU | "
+              "other s | total words/s | output MiB | written MB/s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         model, tokenizer = StandIn(config).eval(), ElmoTokenizer()
         for layers in args.layers:
             for dtype in args.dtypes:
-                output = scratch / f"{layers}-{dtype}.hdf5"
-                start = time.perf_counter()
-                summary = embed_corpus(
-                    source, output, model=(model, tokenizer), layers=layers, dtype=dtype,
-                    batch_size=args.batch_size, progress=False,
-                )
-                total = time.perf_counter() - start
-                size = output.stat().st_size
-                print(
-                    f"| {layers} | {dtype} | {summary.words / summary.seconds:,.0f} | {thread_shares(summary)} | "
-                    f"{total - summary.seconds:.1f} | {summary.words / total:,.0f} | {size / 2**20:,.0f} | "
-                    f"{size / total / 1e6:,.0f} |"
-                )
-                output.unlink()
+                for writers in args.writers:
+                    output = scratch / f"{layers}-{dtype}.hdf5"
+                    start = time.perf_counter()
+                    summary = embed_corpus(
+                        source, output, model=(model, tokenizer), layers=layers, dtype=dtype,
+                        batch_size=args.batch_size, writers=writers, progress=False,
+                    )
+                    total = time.perf_counter() - start
+                    size = output.stat().st_size
+                    print(
+                        f"| {layers} | {dtype} | {'default' if writers is None else writers} | "
+                        f"{summary.words / summary.seconds:,.0f} | {thread_shares(summary)} | "
+                        f"{total - summary.seconds:.1f} | {summary.words / total:,.0f} | {size / 2**20:,.0f} | "
+                        f"{size / total / 1e6:,.0f} |"
+                    )
+                    output.unlink()
     finally:
         shutil.rmtree(scratch)
     return 0

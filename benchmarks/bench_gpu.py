@@ -649,8 +649,8 @@ def main() -> int:
         print(f"\nelmo-hf embed (embed_corpus), {args.architecture}, {args.embed_sentences} lines, batch "
               f"{args.embed_batch_size}; the model's first call per stored output")
         print("| build | vectors | run words/s | whole call words/s | loading s | before the first batch s | "
-              "first batch s | reader CPU | main CPU | writer CPU | graphs captured, host s |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+              "first batch s | reader CPU | main CPU | writer CPU | writer processes CPU | graphs captured, host s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for row in embed_rows(args, device):
             print(row)
 

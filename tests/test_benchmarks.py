@@ -159,8 +159,9 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     assert [row[:2] for row in embed] == [[build, vectors] for build in embed_builds
                                           for vectors in ("all float32", "top float16")]
     assert all(float(row[2].replace(",", "")) > 0 and float(row[5]) >= 0 for row in embed)
-    assert all(int(share.removesuffix("%")) >= 0 for row in embed for share in row[7:10])  # reader, main, writer CPU
-    assert {row[10] for row in embed} == {"0, 0.00 s"}  # no CUDA graphs on a CPU
+    # reader, main, writer CPU, writer processes CPU
+    assert all(int(share.removesuffix("%")) >= 0 for row in embed for share in row[7:11])
+    assert {row[11] for row in embed} == {"0, 0.00 s"}  # no CUDA graphs on a CPU
     assert "dispatcher, float32 training: recurrence training" in result.stdout  # on a CPU, the CPU's kernel
     for build in ("dispatched", "reference"):
         check = next(line for line in result.stdout.splitlines() if f"{build} step against float64" in line)
@@ -191,12 +192,16 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
 
 
 def test_embed_benchmark_runs_the_command_around_a_stand_in_and_prints_its_rates():
-    arguments = "--architecture small --sentences 40 --layers all top --dtypes float16"
+    arguments = "--architecture small --sentences 40 --layers all top --dtypes float16 --writers 0 1"
     output = run_output("bench_embed.py", *arguments.split())
     rows = table_rows(output)
-    assert [(row["layers"], row["dtype"]) for row in rows] == [("all", "float16"), ("top", "float16")]
+    assert [(row["layers"], row["dtype"], row["writers"]) for row in rows] == [
+        (layers, "float16", writers) for layers in ("all", "top") for writers in ("0", "1")
+    ]
     for row in rows:
         assert float(row["run words/s"].replace(",", "")) > 0 and float(row["total words/s"].replace(",", "")) > 0
-        # each of the run's threads' CPU time as a share of the run (a thread may use more than one core)
+        # each of the run's threads' CPU time as a share of the run (a thread may use more than one core), and the
+        # writer processes' together (none with --writers 0)
         assert all(int(row[f"{thread} CPU"].removesuffix("%")) >= 0 for thread in ("reader", "main", "writer"))
+        assert (row["writer processes CPU"] == "0%") == (row["writers"] == "0")
     assert "takes a fresh 1 GiB file at" in output and "CPU:" in output

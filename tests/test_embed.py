@@ -31,8 +31,8 @@ from elmo_hf.corpus.embed import (
     mix_for,
     select_layers,
     sentence_vectors,
-    write_vectors,
 )
+from elmo_hf.corpus.parts import write_vectors
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCES = [" ".join(words) for batch in fixture_sentences("allennlp") for words in batch]

@@ -80,8 +80,8 @@ def interrupt(monkeypatch, point: int | str, half_written: bool):
             (folder / "part-999999.tmp").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))
         raise KeyboardInterrupt
 
-    def closing(self):
-        close_part(self)
+    def closing(self, slot):
+        close_part(self, slot)
         if point != "merge" and self.completed >= point:
             stop(self.folder)
 

@@ -5,6 +5,10 @@ input, exit 1 for a failure while running."""
 import errno
 import fcntl
 import json
+import os
+import re
+import resource
+import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +21,7 @@ from conftest import tiny_config
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.cli import main
 from elmo_hf.corpus import embed as embed_module
+from elmo_hf.corpus import parts as parts_module
 from elmo_hf.corpus.embed import EmbedError, embed_corpus, model_fingerprint
 
 LINES = ["the cat sat", "a dog barked at it", "", "the cat sat", "birds fly", "it rained all day long", "ok"]
@@ -123,8 +128,8 @@ def full_disk_after(monkeypatch, calls: int):
         return write
 
     monkeypatch.setattr(h5py.Group, "create_dataset", failing(h5py.Group.create_dataset))
-    for name in ("write_vectors", "copy_dataset"):
-        monkeypatch.setattr(embed_module, name, failing(getattr(embed_module, name)))
+    monkeypatch.setattr(parts_module, "write_vectors", failing(parts_module.write_vectors))
+    monkeypatch.setattr(embed_module, "copy_dataset", failing(embed_module.copy_dataset))
 
 
 @pytest.mark.parametrize("calls, kept", [(12, 2), (30, 4), (0, 0)])
@@ -155,7 +160,7 @@ def test_full_disk_stops_with_one_error_line_and_keeps_completed_parts(model_dir
 
 def test_a_part_that_does_not_read_back_is_never_renamed_into_place(model_dir, tmp_path, monkeypatch, capsys):
     """Item 4: a file system that loses the index (a part of zeros and an empty index was renamed as complete)."""
-    monkeypatch.setattr(embed_module, "write_index", lambda file, index: embed_module.h5py.File.create_dataset(
+    monkeypatch.setattr(parts_module, "write_index", lambda file, index: embed_module.h5py.File.create_dataset(
         file, "sentence_to_index", data=np.array([b"{}"])))
     source = write_lines(tmp_path / "in.txt", LINES)
     assert embed(source, tmp_path / "out.hdf5", "--model", model_dir, "--part-size", 3) == 1
@@ -237,8 +242,8 @@ def interrupt_after_parts(monkeypatch, parts: int):
     """Raises KeyboardInterrupt in the writer once `parts` parts are complete, as Ctrl-C would stop the run."""
     original = embed_module.PartWriter.close_part
 
-    def close_part(self):
-        original(self)
+    def close_part(self, slot):
+        original(self, slot)
         if self.completed >= parts:
             raise KeyboardInterrupt
 
@@ -327,8 +332,9 @@ def test_the_library_function_takes_typed_options_and_refuses_bad_ones(model_dir
     source = write_lines(tmp_path / "in.txt", LINES)
     summary = embed_corpus(source, tmp_path / "out.hdf5", model=model_dir, layers="top", progress=False)
     assert summary.sentences == len(LINES) - 1 and summary.merged and summary.target == tmp_path / "out.hdf5"
-    # the CPU time of the run's threads: each of the three ran, the main thread (the model) within the run's time
-    assert sorted(summary.thread_seconds) == ["main", "reader", "writer"]
+    # the CPU time of the run's threads: each of the three ran, the main thread (the model) within the run's time; no
+    # writer process (the default on a machine without the cores for one, and this run's: writers=0 below)
+    assert sorted(summary.thread_seconds) == ["main", "reader", "writer", "writer processes"]
     assert min(summary.thread_seconds.values()) >= 0 and 0 < summary.thread_seconds["main"] <= 2 * summary.seconds
     model = ElmoModel.from_pretrained(model_dir).eval()
     with open(source, encoding="latin-1") as stream:  # a text stream: its bytes are read, as UTF-8
@@ -379,3 +385,91 @@ def test_a_disk_that_fills_under_hdf5_is_one_error_line_and_resume_completes(mod
     assert embed(source, output, "--model", model_dir, "--resume") == 0
     assert embed(source, tmp_path / "fresh.hdf5", "--model", model_dir) == 0
     assert_same(output, tmp_path / "fresh.hdf5")
+
+
+def test_writer_processes_write_the_file_the_writer_thread_writes(model_dir, tmp_path):
+    """Issue 25 goal 3: `--writers 2` (two processes writing parts, batches taking turns) gives the file the writer
+    thread gives, parts of every size, empty and repeated lines included; the processes' CPU time is reported."""
+    source = write_lines(tmp_path / "in.txt", [f"{line} {key % 3}".strip() for key, line in enumerate(LINES * 4)])
+    for writers in (0, 2):
+        for part_size in (1, 3, 1000):
+            summary = embed_corpus(
+                source, tmp_path / f"out-{writers}-{part_size}.hdf5", model=model_dir, batch_size=2,
+                part_size=part_size, writers=writers, progress=False,
+            )
+            assert (summary.thread_seconds["writer processes"] > 0) == (writers > 0)
+            assert_same(tmp_path / f"out-{writers}-{part_size}.hdf5", tmp_path / "out-0-1.hdf5")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"] + [
+        f"out-{writers}-{size}.hdf5" for writers in (0, 2) for size in (1, 1000, 3)
+    ]
+
+
+def test_a_killed_writer_process_is_one_error_line_and_resume_completes(model_dir, tmp_path, monkeypatch, capsys):
+    """A writer process killed mid-run (the out-of-memory killer, a user's kill): one error line naming it and the
+    part it was writing, no temporary file left, completed parts kept; --resume completes the file."""
+    source = write_lines(tmp_path / "in.txt", [f"{line} {key}" for key, line in enumerate(LINES * 3)])
+    output = tmp_path / "out.hdf5"
+    add, calls = parts_module.WriterProcess.add, []
+
+    def add_then_die(self, lines):
+        calls.append(self)
+        if len(calls) == 6:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        add(self, lines)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(parts_module.WriterProcess, "add", add_then_die)
+        assert embed(source, output, "--model", model_dir, "--writers", 2, "--batch-size", 1, "--part-size", 2) == 1
+    error = one_error_line(capsys.readouterr().err)
+    assert re.search(r"the writer process \d+ was killed by signal 9 while writing \S+part-\d{6}\.tmp", error), error
+    partial = tmp_path / "out.hdf5.partial"
+    assert not output.exists() and not list(partial.glob("*.tmp")) and list(partial.glob("part-*.hdf5"))
+    assert embed(source, output, "--model", model_dir, "--resume", "--writers", 2) == 0
+    assert embed(source, tmp_path / "fresh.hdf5", "--model", model_dir) == 0
+    assert_same(output, tmp_path / "fresh.hdf5")
+
+
+@pytest.mark.parametrize("writers", [0, 2])
+def test_a_file_size_limit_stops_the_writers_with_one_error_line(model_dir, tmp_path, capsys, writers):
+    """A real write error, no monkeypatching (a file size limit, `ulimit -f`, which the writer processes inherit:
+    writes past it fail with EFBIG as a full disk fails with ENOSPC): one error line naming the part file, exit 1,
+    nothing half-written left; --resume without the limit completes the file."""
+    source = write_lines(tmp_path / "in.txt", [f"{line} {key}" for key, line in enumerate(LINES * 4)])
+    output = tmp_path / "out.hdf5"
+    assert embed(source, tmp_path / "fresh.hdf5", "--model", model_dir) == 0
+    limit = (tmp_path / "fresh.hdf5").stat().st_size // 4
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        status = embed(source, output, "--model", model_dir, "--writers", writers)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert status == 1
+    error = one_error_line(capsys.readouterr().err)
+    assert re.search(r"cannot write \S+part-\d{6}\.tmp \(File too large\)", error), error
+    assert not output.exists() and not list((tmp_path / "out.hdf5.partial").glob("*.tmp"))
+    assert embed(source, output, "--model", model_dir, "--resume", "--writers", writers) == 0
+    assert_same(output, tmp_path / "fresh.hdf5")
+
+
+def test_an_interrupted_run_with_writer_processes_keeps_its_complete_parts(model_dir, tmp_path, monkeypatch):
+    """Ctrl-C with writer processes: the parts closed before it are complete and kept, the open ones dropped, no
+    temporary file left; --resume completes the file."""
+    source = write_lines(tmp_path / "in.txt", [f"{line} {key}" for key, line in enumerate(LINES * 3)])
+    output = tmp_path / "out.hdf5"
+    with monkeypatch.context() as patch:
+        interrupt_after_parts(patch, 2)
+        assert embed(source, output, "--model", model_dir, "--part-size", 3, "--batch-size", 2, "--writers", 2) == 130
+    partial = tmp_path / "out.hdf5.partial"
+    assert len(list(partial.glob("part-*.hdf5"))) >= 2 and not list(partial.glob("*.tmp"))
+    assert embed(source, output, "--model", model_dir, "--resume", "--writers", 2) == 0
+    assert embed(source, tmp_path / "fresh.hdf5", "--model", model_dir) == 0
+    assert_same(output, tmp_path / "fresh.hdf5")
+
+
+@pytest.mark.parametrize("writers", [-1, 1.5, True, "2", 10**6])
+def test_writers_must_be_a_whole_number_up_to_the_cpus(model_dir, tmp_path, writers):
+    with pytest.raises(EmbedError, match="--writers must be a whole number from 0"):
+        embed_corpus(write_lines(tmp_path / "in.txt", LINES), tmp_path / "out.hdf5", model=model_dir, writers=writers)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]

@@ -96,6 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--part-size", type=int, default=1000, help="sentences per part file: the most work an interruption loses"
     )
     parser.add_argument(
+        "--writers", type=int, default=None,
+        help="processes that write the part files (0: a thread of this process; default: by the CPUs free for them)",
+    )
+    parser.add_argument(
         "--no-merge", action="store_true", help="under torchrun, leave the shards for merge-shards (default: merge)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: a progress bar)")
@@ -121,6 +125,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             resume=args.resume,
             overwrite=args.overwrite,
             part_size=args.part_size,
+            writers=args.writers,
             merge=not args.no_merge,
             progress=not args.no_progress,
             threads=args.threads,

@@ -27,6 +27,9 @@ settings, the model and that line's text are the same, and embeds every other li
 
 Input is streamed: a reader thread splits and encodes lines and groups them by length into batches, the model runs in
 the main thread, and a writer thread writes the vectors, so that reading and writing overlap the model's compute.
+Where the machine has cores to spare (`default_writers`, or `writers=N`), the writer thread hands the vectors to
+writer processes that write the part files (`parts.py`), batches taking turns: h5py holds Python's lock through every
+HDF5 call, which in the model's process leaves the model's thread too little of it at a GPU's rates.
 Vectors go to part files in `OUTPUT.partial/` (each written under a temporary name, read back and checked, then
 renamed), which are merged into a temporary file, checked the same way and renamed to OUTPUT at the end: OUTPUT is
 never partly written, and an interrupted or failed run loses at most one part (`part_size` sentences), which
@@ -40,9 +43,7 @@ reads the input file itself, so standard input is refused under several processe
 
 import contextlib
 import datetime
-import errno
 import fcntl
-import functools
 import glob
 import hashlib
 import io
@@ -66,14 +67,16 @@ import numpy as np
 import torch
 
 from ..conversion.convert import check_output_file
-from ..errors import ElmoInputError, ElmoRunError, check_positive_integer, check_threads
+from ..cpu_kernels import available_cores
+from ..errors import ElmoInputError, ElmoRunError, check_positive_integer, check_threads, is_whole
 from ..packaged_elmo import DEFAULT_MODEL, resolve_model_name
 from .data import DECODING_ERRORS, decode_line, through_link
+from .parts import (
+    LINE_ATTR, SETTINGS_ATTR, GuardedFile, Part, ReadBackError, WriterDied, WriterProcess, fsync_folder,
+    read_index, verify_written, write_index,
+)
 
-INDEX_NAME = "sentence_to_index"  # the dataset allennlp writes the sentence -> key JSON object into
-SETTINGS_ATTR = "elmo_hf_settings"
 INPUT_ATTR = "elmo_hf_input"  # root attribute: {"sha256": hash of the input's bytes, "lines": its line count}
-LINE_ATTR = "elmo_hf_line_sha256"  # attribute of each line's dataset: a hash of the line's stripped text
 PARTIAL_SUFFIX = ".partial"
 RUN_FILE = "run.json"  # marks a `.partial` folder as ours, with the settings of its run
 LOCK_FILE = "lock"  # in a `.partial` folder: held (flock) by the run writing it
@@ -82,6 +85,9 @@ MISSING_SHOWN = 10  # missing shards merge-shards names
 PART_SECONDS = 60.0  # a part is closed after this long even if it holds fewer than `part_size` sentences
 POOL_BATCHES = 32  # lines read ahead and sorted by length, in batches: longer pools pad less, hold more in memory
 QUEUE_BATCHES = 4  # batches waiting between threads
+# `default_writers`: a writer process writes about 60,000 words a second of the top layer in float16 (on a 2-vCPU EPYC,
+# 25-word lines), and a GPU embeds 150,000 or more
+CORES_PER_WRITER, MOST_WRITERS = 2, 4
 OUTPUT_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 MODEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LAYER_CHOICES = ("all", "top", "average", "mix")
@@ -121,7 +127,7 @@ class EmbedSummary:
     merged: bool  # OUTPUT holds every line (one process, or rank 0 merged the shards)
     # CPU seconds of the run's "reader" and "writer" threads and of its "main" thread (the model and the gathering of
     # the vectors; torch's own compute threads not counted) from the first line read to the last written: one near
-    # `seconds` is what bounds the run.
+    # `seconds` is what bounds the run; and of its "writer processes" together (0 without).
     thread_seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -221,13 +227,6 @@ def read_settings(file: h5py.File, path: Path) -> dict:
     return json.loads(file.attrs[SETTINGS_ATTR])
 
 
-def read_index(file: h5py.File) -> dict[str, int]:
-    if INDEX_NAME not in file:
-        return {}
-    text = file[INDEX_NAME][0]
-    return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
-
-
 def settings_difference(found: dict, settings: dict) -> str:
     """The settings that differ, as `name=value found` (the model as `model (its config or weights)`)."""
     names = sorted(set(found) | set(settings))
@@ -275,114 +274,35 @@ def expected_shape(settings: dict, num_words: int, num_layers: int, dim: int) ->
     return (num_layers, num_words, dim) if settings["layers"] == "all" else (num_words, dim)
 
 
-def fsync_folder(folder: Path) -> None:
-    """Makes a rename in `folder` durable."""
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+@dataclass
+class OpenPart:
+    """A part being written: where it is written (`parts.Part` in this process, or a `parts.WriterProcess`), its
+    path, its index {sentence: last key} and when it was opened."""
 
-
-def verify_written(path: Path, shapes: dict[int, tuple[int, ...]], index: dict[str, int]) -> None:
-    """Reads a closed file back: exactly the datasets `shapes` names, with those shapes and a line hash each, and the
-    index as written; raises EmbedRunError otherwise (a write the file system lost)."""
-    with h5py.File(path, "r") as file:
-        found, hashed = {}, True
-        for name in (name for name in file if name.isdigit()):
-            dataset = h5py.h5d.open(file.id, name.encode())  # low-level: 3x faster than `file[name]` here
-            found[int(name)] = dataset.shape
-            hashed = hashed and h5py.h5a.exists(dataset, LINE_ATTR.encode())
-        read_back = {sentence: int(key) for sentence, key in read_index(file).items()}
-    if found != shapes or not hashed or read_back != index:
-        raise EmbedRunError(
-            f"{path} does not read back as written ({len(found)} of {len(shapes)} datasets, index "
-            f"{'intact' if read_back == index else 'damaged'}); the file system lost data."
-        )
-
-
-class GuardedFile:
-    """The file under an HDF5 file being written (through h5py's file-object driver). The first write error (a full
-    disk, a failing device) is kept in `error` and later writes are dropped, so that HDF5 never meets a failed write
-    (it then prints errors without end and can crash the process) and the writer reports the error once."""
-
-    def __init__(self, path: Path):
-        self.raw = open(path, "w+b", buffering=0)
-        self.error: OSError | None = None
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        size = len(view)
-        while self.error is None and view:
-            try:
-                written = self.raw.write(view)
-                if not written:
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                view = view[written:]
-            except OSError as error:
-                self.error = error
-        return size
-
-    def read(self, size: int = -1) -> bytes:
-        return self.raw.read(size)
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self.raw.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self.raw.tell()
-
-    def truncate(self, size: int | None = None) -> int:
-        if self.error is None:
-            try:
-                return self.raw.truncate(size)
-            except OSError as error:
-                self.error = error
-        return self.raw.tell() if size is None else size
-
-    def flush(self):
-        """Unbuffered: nothing to flush (`close` syncs the file)."""
-
-    def check(self):
-        """Raises the first write error, if any."""
-        if self.error is not None:
-            raise self.error
-
-    def close(self):
-        """Syncs the file to disk and closes it; raises the first write error, if any."""
-        if not self.raw.closed:
-            try:
-                if self.error is None:
-                    os.fsync(self.raw.fileno())
-            except OSError as error:
-                self.error = error
-            finally:
-                self.raw.close()
-        self.check()
+    writer: Part | WriterProcess
+    path: Path
+    index: dict[str, int] = field(default_factory=dict)
+    lines: int = 0
+    opened: float = field(default_factory=time.monotonic)
 
 
 class PartWriter:
-    """Writes vectors into part files `part-NNNNNN.hdf5` of a `.partial` folder: each is written as `*.tmp`, read back
-    and checked once closed, then renamed, so a part that exists is complete. Also keeps the index {sentence: last key}
-    and where every key of the final file will come from."""
+    """Writes vectors into part files `part-NNNNNN.hdf5` of a `.partial` folder (`parts.Part`: each written as
+    `*.tmp`, read back and checked once closed, then renamed, so a part that exists is complete), in this process, or
+    in `processes` writer processes (`parts.WriterProcess`) that each write a part of their own, batches taking turns.
+    Also keeps the index {sentence: last key} and where every key of the final file will come from."""
 
-    def __init__(self, folder: Path, settings: dict, part_size: int):
+    def __init__(self, folder: Path, settings: dict, part_size: int, processes: int = 0):
         self.folder = folder
-        self.settings = settings
+        self.settings = json.dumps(settings)
         self.part_size = part_size
         self.number = max((int(path.stem.split("-")[1]) + 1 for path in folder.glob("part-*.hdf5")), default=0)
-        self.file: h5py.File | None = None
-        self.guard: GuardedFile | None = None
-        self.current = self.path()
-        self.part_index: dict[str, int] = {}
-        self.part_shapes: dict[int, tuple[int, ...]] = {}
-        self.opened = 0.0
+        self.processes = [WriterProcess() for _ in range(processes)]
+        self.open: list[OpenPart | None] = [None] * max(1, processes)
+        self.turn = 0  # the writer of the next batch
         self.index: dict[str, int] = {}
         self.sources: dict[int, Path] = {}
-        self.completed = 0  # parts this run renamed into place
-
-    def path(self) -> Path:
-        return self.folder / f"part-{self.number:06d}.hdf5"
+        self.completed = 0  # parts this run closed (renamed into place, or being renamed by a writer process)
 
     def add_index(self, sentence: Sentence):
         if sentence.key > self.index.get(sentence.text, -1):
@@ -393,101 +313,69 @@ class PartWriter:
         self.add_index(sentence)
         self.sources[sentence.key] = source
 
-    def write(self, sentence: Sentence, vectors: np.ndarray):
-        if self.file is None:
-            self.current = self.path()  # one Path per part: `sources` holds it for each of the part's keys
-            self.guard = GuardedFile(self.current.with_suffix(".tmp"))
-            self.file = h5py.File(self.guard, "w")
-            self.file.attrs[SETTINGS_ATTR] = json.dumps(self.settings)
-            self.opened = time.monotonic()
-        write_vectors(self.file, sentence.key, vectors, line_hash(sentence.text))
-        self.guard.check()
-        self.part_shapes[sentence.key] = vectors.shape
-        if sentence.key > self.part_index.get(sentence.text, -1):
-            self.part_index[sentence.text] = sentence.key
-        self.add_index(sentence)
-        self.sources[sentence.key] = self.current
-        if len(self.part_shapes) >= self.part_size or time.monotonic() - self.opened > PART_SECONDS:
-            self.close_part()
+    def write(self, sentences: list[Sentence], vectors: Sequence[np.ndarray]):
+        """A batch's vectors, into the part of the writer whose turn it is."""
+        slot, self.turn = self.turn, (self.turn + 1) % len(self.open)
+        lines = []
+        for sentence, array in zip(sentences, vectors):
+            if self.open[slot] is None:
+                path = self.folder / f"part-{self.number:06d}.hdf5"
+                self.number += 1
+                if self.processes:
+                    self.processes[slot].open(path, self.settings)
+                    self.open[slot] = OpenPart(self.processes[slot], path)
+                else:
+                    self.open[slot] = OpenPart(Part(path, self.settings), path)
+            part = self.open[slot]
+            lines.append((sentence.key, array, line_hash(sentence.text)))
+            part.lines += 1
+            if sentence.key > part.index.get(sentence.text, -1):
+                part.index[sentence.text] = sentence.key
+            self.add_index(sentence)
+            self.sources[sentence.key] = part.path
+            if part.lines >= self.part_size or time.monotonic() - part.opened > PART_SECONDS:
+                part.writer.add(lines)
+                lines = []
+                self.close_part(slot)
+        if lines:
+            self.open[slot].writer.add(lines)
 
-    def close_part(self):
-        """Closes the open part, reads it back, and renames it into place."""
-        if self.file is None:
-            return
-        write_index(self.file, self.part_index)
-        self.file.close()
-        self.file = None
-        self.guard.close()
-        temporary = self.path().with_suffix(".tmp")
-        verify_written(temporary, self.part_shapes, self.part_index)
-        os.replace(temporary, self.path())
-        fsync_folder(self.folder)
-        self.part_index, self.part_shapes = {}, {}
-        self.number += 1
+    def close_part(self, slot: int):
+        """Closes writer `slot`'s part: it is read back and renamed into place (by the writer process, after this
+        returns, where there is one)."""
+        part, self.open[slot] = self.open[slot], None
+        part.writer.close(part.index)
         self.completed += 1
 
-    def write_error(self) -> OSError | None:
-        """The first error writing the open part (a full disk), if any."""
-        return None if self.guard is None else self.guard.error
+    def close(self):
+        """Closes every part and ends the writer processes, raising the first error any reports."""
+        try:
+            for slot, part in enumerate(self.open):
+                if part is not None:
+                    self.close_part(slot)
+            for process in self.processes:
+                process.stop()
+        except BaseException:
+            self.abort()
+            raise
 
     def abort(self):
-        """Drops the open part after a failure (its sentences are embedded again on --resume)."""
-        if self.file is not None:
+        """Drops the open parts after a failure (their sentences are embedded again on --resume) and ends the writer
+        processes."""
+        for slot, part in enumerate(self.open):
+            if part is not None:
+                part.writer.abort()
+                for key in [key for key, path in self.sources.items() if path == part.path]:
+                    del self.sources[key]
+            self.open[slot] = None
+        for process in self.processes:
+            process.abort()
             with contextlib.suppress(Exception):
-                self.file.close()
-            self.file = None
-        if self.guard is not None:
-            with contextlib.suppress(OSError):
-                self.guard.close()
-        with contextlib.suppress(OSError):
-            self.path().with_suffix(".tmp").unlink()
-        for key in self.part_shapes:
-            self.sources.pop(key, None)
+                process.stop()
 
-
-@functools.cache
-def hdf5_types(dtype: np.dtype) -> tuple[h5py.h5t.TypeID, h5py.h5t.TypeID]:
-    """HDF5's file and memory types of `dtype` (made once: each `py_create` costs as much as a small write)."""
-    return h5py.h5t.py_create(dtype, logical=True), h5py.h5t.py_create(dtype)
-
-
-@functools.lru_cache(maxsize=4096)
-def dataspace(shape: tuple[int, ...]) -> h5py.h5s.SpaceID:
-    """HDF5's dataspace of `shape` (a sentence length's is made once; HDF5 copies it into each dataset)."""
-    return h5py.h5s.create_simple(shape)
-
-
-@functools.cache
-def dataset_properties() -> h5py.h5p.PropDCID:
-    """How every line's dataset is created: contiguous, without modification times (made once, read-only)."""
-    properties = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-    properties.set_obj_track_times(False)
-    return properties
-
-
-def write_vectors(file: h5py.File, key: int, vectors: np.ndarray, hashed: str) -> None:
-    """Line `key`'s dataset with its line hash, as `file.create_dataset(str(key), data=vectors).attrs[LINE_ATTR] =
-    hashed` writes it (contiguous, no modification times, the hash a variable-length UTF-8 string), through h5py's
-    low-level calls with the types and properties made once: h5py's high-level calls, and making those for every
-    line, took more time in Python than HDF5 spent writing (`bench_embed.py`)."""
-    vectors = np.ascontiguousarray(vectors)
-    file_type, memory_type = hdf5_types(vectors.dtype)
-    dataset = h5py.h5d.create(
-        file.id, str(key).encode(), file_type, dataspace(vectors.shape), dcpl=dataset_properties()
-    )
-    dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, vectors, mtype=memory_type)
-    string = h5py.string_dtype()
-    string_file, string_memory = hdf5_types(string)
-    attribute = h5py.h5a.create(dataset, LINE_ATTR.encode(), string_file, dataspace(()))
-    attribute.write(np.array(hashed, dtype=string), mtype=string_memory)
-
-
-def write_index(file: h5py.File, index: dict[str, int]):
-    """`sentence_to_index` as allennlp writes it: one variable-length string holding the JSON object, keys as strings,
-    in line order."""
-    ordered = {sentence: str(key) for sentence, key in sorted(index.items(), key=lambda item: item[1])}
-    dataset = file.create_dataset(INDEX_NAME, (1,), dtype=h5py.string_dtype())
-    dataset[0] = json.dumps(ordered)
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the writer processes that have ended."""
+        return sum(process.cpu_seconds for process in self.processes)
 
 
 def copy_dataset(source: h5py.File, target: h5py.File, name: bytes) -> None:
@@ -540,6 +428,8 @@ def merge_into(
             temporary.unlink()
         if isinstance(cause, OSError) or (isinstance(cause, RuntimeError) and not isinstance(cause, ElmoRunError)):
             raise EmbedRunError(f"cannot write {target} ({describe(cause)})") from None
+        if isinstance(cause, ReadBackError):
+            raise EmbedRunError(str(cause)) from None
         raise
 
 
@@ -666,6 +556,7 @@ class EmbedJob:
     batch_size: int
     max_tokens: int | None
     part_size: int
+    writers: int  # writer processes (0: the writer thread writes)
     resume: bool
     overwrite: bool
     progress: bool
@@ -752,7 +643,7 @@ class EmbedRun:
         existing = self.prepare()
         config = model.config
         num_layers, dim = config.num_layers + 1, 2 * config.projection_dim
-        writer = PartWriter(self.partial, self.settings, job.part_size)
+        writer = PartWriter(self.partial, self.settings, job.part_size, job.writers)
         batches: queue.Queue = queue.Queue(QUEUE_BATCHES)
         results: queue.Queue = queue.Queue(QUEUE_BATCHES)
         total = None if num_lines is None else len(range(self.rank, num_lines, self.world_size))
@@ -805,7 +696,7 @@ class EmbedRun:
 
         def write():
             shape = expected_shape(self.settings, 0, num_layers, dim)
-            empty = torch.zeros(shape, dtype=OUTPUT_DTYPES[self.settings["dtype"]])
+            empty = torch.zeros(shape, dtype=OUTPUT_DTYPES[self.settings["dtype"]]).numpy()
             try:
                 while (item := get(results, self.stop)) is not None:
                     kind, sentences_, payload = item
@@ -814,12 +705,11 @@ class EmbedRun:
                         progress.update(1)
                         continue
                     if kind == "empty":
-                        writer.write(sentences_, empty.numpy())
+                        writer.write([sentences_], [empty])
                         progress.update(1)
                         continue
-                    for sentence, vectors in zip(sentences_, payload):
-                        writer.write(sentence, vectors)
-                        self.words_embedded += len(sentence.words)
+                    writer.write(sentences_, payload)
+                    self.words_embedded += sum(len(sentence.words) for sentence in sentences_)
                     self.sentences_embedded += len(sentences_)
                     progress.update(len(sentences_))
                     rate = self.words_embedded / max(time.perf_counter() - start, 1e-9)
@@ -827,17 +717,20 @@ class EmbedRun:
                 if self.failed:
                     writer.abort()
                 else:
-                    writer.close_part()  # also when interrupted: what it holds is complete
+                    writer.close()  # also when interrupted: what the parts hold is complete
             except BaseException as error:  # handed to the main thread, which reports it
-                cause = writer.write_error() or error  # HDF5's own error after a failed write says less
                 writer.abort()
-                if isinstance(cause, OSError):
-                    cause = EmbedRunError(
-                        f"cannot write {writer.path().with_suffix('.tmp')} ({describe(cause)}); free space in (or "
-                        f"fix) {self.partial.parent.absolute()}"
+                if isinstance(error, OSError):
+                    error = EmbedRunError(
+                        f"cannot write {error.filename or self.partial} ({describe(error)}); free space in (or fix) "
+                        f"{self.partial.parent.absolute()}"
                     )
-                self.writer_error = cause
+                elif isinstance(error, (ReadBackError, WriterDied)):
+                    error = EmbedRunError(str(error))
+                self.writer_error = error
                 self.stop.set()
+            finally:
+                self.thread_seconds["writer processes"] = writer.cpu_seconds()
 
         reader_thread = threading.Thread(target=self.timed("reader", read), name="elmo-embed-reader", daemon=True)
         writer_thread = threading.Thread(target=self.timed("writer", write), name="elmo-embed-writer", daemon=True)
@@ -1083,6 +976,7 @@ def check_options(
     resume: bool,
     overwrite: bool,
     part_size: int,
+    writers: int | None,
     threads: int | None,
 ):
     """Errors in the options alone, before any file or model is touched."""
@@ -1107,7 +1001,21 @@ def check_options(
         check_positive_integer(name, value, EmbedError)
     if max_tokens is not None:  # None: no limit
         check_positive_integer("max-tokens", max_tokens, EmbedError)
+    most = os.cpu_count() or 1
+    if writers is not None and (not is_whole(writers) or not 0 <= writers <= most):  # None: `default_writers`
+        raise EmbedError(
+            f"--writers must be a whole number from 0 (the writer thread writes) to {most} (this machine's CPUs), "
+            f"got {writers!r}."
+        )
     check_threads(threads, EmbedError)
+
+
+def default_writers() -> int:
+    """Writer processes for a run that is not told: one for every `CORES_PER_WRITER` cores this process may run on
+    beyond the two that the model's thread and the reader take, at most `MOST_WRITERS`; none on a machine of two
+    cores, where a writer process would take a core from the model (measured on a 2-vCPU EPYC: a writer process ran
+    no faster than the writer thread, `benchmarks/README.md`)."""
+    return min(MOST_WRITERS, max(0, available_cores() - 2) // CORES_PER_WRITER)
 
 
 def check_paths(
@@ -1240,6 +1148,7 @@ def embed_corpus(
     resume: bool = False,
     overwrite: bool = False,
     part_size: int = 1000,
+    writers: int | None = None,
     merge: bool = True,
     progress: bool = True,
     threads: int | None = None,
@@ -1261,7 +1170,7 @@ def embed_corpus(
     """
     check_options(
         layers, mix_weights, gamma, dtype, split, errors, batch_size, max_tokens, model_dtype, resume, overwrite,
-        part_size, threads,
+        part_size, writers, threads,
     )
     rank, world_size, local_rank = distributed_rank()
     output = through_link(Path(output))
@@ -1312,7 +1221,8 @@ def embed_corpus(
     job = EmbedJob(
         path if path is not None else source,
         str(path) if path is not None else "standard input",
-        output, errors, batch_size, max_tokens, part_size, resume, overwrite, progress,
+        output, errors, batch_size, max_tokens, part_size, default_writers() if writers is None else writers, resume,
+        overwrite, progress,
     )
     group = world_size > 1 and "MASTER_ADDR" in os.environ and merge
     if group:

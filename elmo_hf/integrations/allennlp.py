@@ -42,7 +42,8 @@ import torch
 
 from .. import ElmoModel, ElmoTokenizer
 from ..conversion.convert import file_mode
-from ..corpus.embed import MODEL_DTYPES, write_index
+from ..corpus.embed import MODEL_DTYPES
+from ..corpus.parts import write_index
 from ..errors import is_whole
 from ..packaged_elmo import DEFAULT_MODEL
 from .vectors import (
