@@ -43,10 +43,11 @@ What it prints:
   (2 KiB a word): words/s of the run (first line read to last part written) and of the whole call, the
   seconds loading the weights took, the seconds before the first batch reached the model (counting lines, the
   model's fingerprint, reading and encoding the first batch) and the first batch's own (compiling and capturing
-  included), the CPU time of the run's reader, main and writer threads as shares of the run
-  (`EmbedSummary.thread_seconds`), and the CUDA graphs captured during the call with the host's seconds in them;
-  then the same with `bench_embed.py`'s stand-in, a model that costs nothing: the command's ceiling on this
-  machine's host side;
+  included), the CPU time of the run's reader, main and writer threads and of its writer processes as shares of
+  the run (`EmbedSummary.thread_seconds`), and the CUDA graphs captured during the call with the host's seconds in
+  them; then the same with `bench_embed.py`'s stand-in, a model that costs nothing: the command's ceiling on this
+  machine's host side, with the writer processes the command chooses for this host and with the writer thread alone
+  (`--writers 0`);
 - exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
   dispatched, float32 through the reference modules, bfloat16 and float32 on the export path; whether each of them
@@ -90,7 +91,7 @@ from elmo_hf.kernels_elmo import (  # noqa: E402
     TOKEN_LAYER_IMPLEMENTATIONS,
     Implementation,
 )
-from elmo_hf.corpus.embed import embed_corpus  # noqa: E402
+from elmo_hf.corpus.embed import default_writers, embed_corpus  # noqa: E402
 from elmo_hf.corpus.pretraining import PRESETS  # noqa: E402
 from elmo_hf.reference_elmo import KernelRequest, LstmLinears, SequenceBatch, lstm_recurrence  # noqa: E402
 
@@ -305,7 +306,8 @@ class FirstCall(nn.Module):
 def embed_rows(args, device: torch.device) -> Iterator[str]:
     """`embed_corpus` (what `elmo-hf embed` runs) over `--embed-sentences` lines at `--embed-batch-size`, storing each
     of `EMBED_OUTPUTS`, the model loaded from a saved folder in float32 and in bfloat16, then `bench_embed.py`'s
-    stand-in (a model that costs nothing: the command's ceiling on this host)."""
+    stand-in (a model that costs nothing: the command's ceiling on this host), with the writer processes the command
+    chooses here and with the writer thread alone."""
     config = ElmoConfig(**PRESETS[args.architecture])
     lines = [" ".join(words) for words in synthetic_corpus(args.embed_sentences, seed=1)]
     with tempfile.TemporaryDirectory() as scratch:
@@ -314,8 +316,11 @@ def embed_rows(args, device: torch.device) -> Iterator[str]:
         ElmoModel(config).save_pretrained(folder)
         ElmoTokenizer().save_pretrained(folder)
         source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        builds = {"elmo-hf float32": torch.float32, "elmo-hf bfloat16": torch.bfloat16, "stand-in": None}
-        for build, dtype in builds.items():
+        builds = {
+            "elmo-hf float32": (torch.float32, None), "elmo-hf bfloat16": (torch.bfloat16, None),
+            f"stand-in, {default_writers()} writer processes": (None, None), "stand-in, writer thread": (None, 0),
+        }
+        for build, (dtype, writers) in builds.items():
             start = time.perf_counter()
             if dtype is None:
                 model = StandIn(config)
@@ -329,7 +334,8 @@ def embed_rows(args, device: torch.device) -> Iterator[str]:
                 start = time.perf_counter()
                 summary = embed_corpus(
                     source, output, model=(timed, ElmoTokenizer.from_pretrained(folder)), layers=layers,
-                    dtype=vectors_dtype, batch_size=args.embed_batch_size, overwrite=True, progress=False,
+                    dtype=vectors_dtype, batch_size=args.embed_batch_size, writers=writers, overwrite=True,
+                    progress=False,
                 )
                 whole = time.perf_counter() - start
                 yield (

@@ -150,7 +150,7 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     assert [row[2].strip() for row in rows if row[0].strip() == "ptb"] == [
         "elmo-hf", "elmo-hf reference", "cuDNN nn.LSTM without TF32", "cuDNN nn.LSTM"
     ]
-    embed_builds = ["elmo-hf float32", "elmo-hf bfloat16", "stand-in"]
+    embed_builds = ["elmo-hf float32", "elmo-hf bfloat16", "stand-in, 0 writer processes", "stand-in, writer thread"]
     sections = [*script, *smoke.split(), "--sections", "embed"]
     only = subprocess.run(sections, capture_output=True, text=True, timeout=600)
     assert only.returncode == 0 and "elmo-hf embed (embed_corpus)" in only.stdout

@@ -473,3 +473,19 @@ def test_writers_must_be_a_whole_number_up_to_the_cpus(model_dir, tmp_path, writ
     with pytest.raises(EmbedError, match="--writers must be a whole number from 0"):
         embed_corpus(write_lines(tmp_path / "in.txt", LINES), tmp_path / "out.hdf5", model=model_dir, writers=writers)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
+
+
+@pytest.mark.parametrize("cores, local_world_size, writers", [
+    (2, None, 0), (3, None, 0), (4, None, 1), (8, None, 3), (16, None, 4), (64, None, 4),
+    (16, "2", 3), (16, "8", 0), (16, "bogus", 4),
+])
+def test_the_default_writers_leave_the_model_and_the_reader_a_core_each(monkeypatch, cores, local_world_size,
+                                                                      writers):
+    """One writer process per two cores beyond two, at most four; under torchrun the processes of a machine share
+    its cores (a LOCAL_WORLD_SIZE that is no count is ignored: it only sets a default)."""
+    monkeypatch.setattr(embed_module, "available_cores", lambda: cores)
+    if local_world_size is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", local_world_size)
+    assert embed_module.default_writers() == writers

@@ -1014,8 +1014,11 @@ def default_writers() -> int:
     """Writer processes for a run that is not told: one for every `CORES_PER_WRITER` cores this process may run on
     beyond the two that the model's thread and the reader take, at most `MOST_WRITERS`; none on a machine of two
     cores, where a writer process would take a core from the model (measured on a 2-vCPU EPYC: a writer process ran
-    no faster than the writer thread, `benchmarks/README.md`)."""
-    return min(MOST_WRITERS, max(0, available_cores() - 2) // CORES_PER_WRITER)
+    no faster than the writer thread, `benchmarks/README.md`). Under torchrun, the processes of a machine
+    (`LOCAL_WORLD_SIZE`) share its cores."""
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    cores = available_cores() // (int(local) if local.isdigit() and int(local) > 0 else 1)
+    return min(MOST_WRITERS, max(0, cores - 2) // CORES_PER_WRITER)
 
 
 def check_paths(

@@ -352,7 +352,7 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
     while True:
         try:
             kind, *values = pickle.load(requests)
-        except EOFError:
+        except (EOFError, pickle.UnpicklingError):  # the command ended (a request cut short if it was killed)
             if part is not None:
                 part.abort()
             return
