@@ -324,7 +324,7 @@ def token_labels(
     int64 ids. A label on a padding position (more labels than words, as when `truncation=True` cuts the words but
     not the labels, which `DataCollatorForTokenClassification` then pads to the batch's longest sentence) would be
     trained on silently: it is refused. `check_values=False` checks types and shapes only (`check_label_ids`)."""
-    ids = class_ids(labels)
+    ids = class_ids(labels).to(mask.device)  # the mask is where the logits are
     if tuple(ids.shape) != tuple(mask.shape):
         raise ValueError(
             f"labels must have shape (batch_size, sequence_length) = {tuple(mask.shape)}, one id per word "

@@ -567,6 +567,22 @@ class ElmoModel(ElmoPreTrainedModel):
         tokens = torch.where((steps == 0).unsqueeze(-1), embeddings[0], tokens)
         return torch.where((steps == lengths.unsqueeze(1) + 1).unsqueeze(-1), embeddings[1], tokens)
 
+    def checked_inputs(
+        self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, caller: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Checks the inputs of `caller` (this model or a model around it) and returns the ids as int64 and the mask
+        where they are read: where they were given (the model's device, or the host, where the tokenizer leaves them:
+        see `_boundary_tokens`), or on the model's device for the padded batches of the export path, which reads
+        nothing on the host."""
+        check_input_device(input_ids, self.boundary_char_ids.device)
+        check_model_inputs(self.config, input_ids, attention_mask, caller._reads_input_values(), model=caller)
+        if uses_padded_batches(self.config):
+            input_ids, attention_mask = (
+                None if tensor is None else to_device(tensor, self.boundary_char_ids.device)
+                for tensor in (input_ids, attention_mask)
+            )
+        return input_ids.long(), attention_mask  # any integer dtype that holds the ids (checked) reads the same
+
     def boundary_layers(
         self,
         input_ids: torch.Tensor,
@@ -627,14 +643,7 @@ class ElmoModel(ElmoPreTrainedModel):
         """
         check_unread_arguments(self, kwargs)
         padded = uses_padded_batches(self.config)
-        check_input_device(input_ids, self.boundary_char_ids.device)
-        check_model_inputs(self.config, input_ids, attention_mask, self._reads_input_values(), model=self)
-        if padded:  # no host reads to keep on the host: the ids go to the model's device at once
-            input_ids, attention_mask = (
-                None if tensor is None else to_device(tensor, self.boundary_char_ids.device)
-                for tensor in (input_ids, attention_mask)
-            )
-        input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same
+        input_ids, attention_mask = self.checked_inputs(input_ids, attention_mask, self)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         mask = word_mask(input_ids, attention_mask)
@@ -794,8 +803,9 @@ class ElmoTaskEncoder(GradientCheckpointingLayer):
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """`(batch_size, sequence_length, hidden_size)` -> `(batch_size, sequence_length, 2 * task_lstm_dim)`, zero at
-        padding."""
-        words_first = WordsFirst(mask, packed=not uses_padded_batches(self.config))
+        padding. The word `mask` may be on the host while `features` are on a GPU (ids given on the host): the
+        layout is then read there, without waiting for the GPU, and moved."""
+        words_first = WordsFirst(mask, packed=not uses_padded_batches(self.config)).to(features.device)
         batch_size, sequence_length = mask.shape
         if words_first.packed and sequence_length == 0:  # only texts without words (an LSTM cannot pack zero steps)
             return features.new_zeros(batch_size, 0, 2 * self.lstm.hidden_size)
@@ -808,7 +818,7 @@ class ElmoTaskEncoder(GradientCheckpointingLayer):
                 self.lstm(packed)[0], batch_first=True, total_length=sequence_length
             )[0]
         else:
-            batch = SequenceBatch(lengths, sequence_length, packed=False)
+            batch = SequenceBatch(lengths, sequence_length, packed=False).to(features.device)
             for layer in range(self.lstm.num_layers):
                 directions = []
                 for direction_inputs, suffix in zip(batch.directions(inputs), ("", "_reverse")):
@@ -827,7 +837,7 @@ class ElmoTaskEncoder(GradientCheckpointingLayer):
                     directions.append(recurrence(direction_inputs, batch, state, linears, None, None)[0])
                 inputs = batch.merge(*directions)
             outputs = inputs
-        return words_first.restore(outputs) * mask.unsqueeze(-1).to(outputs.dtype)
+        return words_first.restore(outputs) * to_device(mask, outputs.device).unsqueeze(-1).to(outputs.dtype)
 
 
 class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
@@ -893,15 +903,17 @@ class ElmoPreTrainedTaskModel(ElmoPreTrainedModel):
             layers = self.elmo(
                 input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True
             ).hidden_states
-        mask = word_mask(input_ids.long(), attention_mask)  # checked by the biLM; torch cannot compare uint16..uint64
-        features = self.scalar_mix(layers, mask)
+        # checked by the biLM; torch cannot compare uint16..uint64; where the ids are (the host, or the layers' device)
+        mask = word_mask(input_ids.long(), attention_mask)
+        layers_mask = to_device(mask, layers[0].device)
+        features = self.scalar_mix(layers, layers_mask)
         if self.task_encoder is not None:
             features = self.task_encoder(features, mask)
         if self.task_output_scalar_mix is not None:
-            features = torch.cat([features, self.task_output_scalar_mix(layers, mask)], dim=-1)
+            features = torch.cat([features, self.task_output_scalar_mix(layers, layers_mask)], dim=-1)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        return features, mask, layers if output_hidden_states else None
+        return features, layers_mask, layers if output_hidden_states else None
 
     def _feature_dim(self) -> int:
         if self.task_encoder is None:
@@ -1031,7 +1043,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedTaskModel):
         check_num_labels(self, logits)
         loss = None
         if labels is not None:
-            labels = sequence_labels(labels, mask.shape[0], self.config, self._reads_input_values())
+            labels = sequence_labels(labels, mask.shape[0], self.config, self._reads_input_values()).to(logits.device)
             loss = self.loss_function(labels, logits, self.config, **kwargs)
             num_items_in_batch = kwargs.get("num_items_in_batch")
             if self.config.problem_type != "single_label_classification" and num_items_in_batch is not None:
@@ -1166,8 +1178,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 their mean however the step is split into batches or processes.
         """
         check_unread_arguments(self, kwargs)
-        check_model_inputs(self.config, input_ids, attention_mask, model=self)
-        input_ids = input_ids.long()  # any integer dtype that holds the ids (checked) reads the same, as in ElmoModel
+        input_ids, attention_mask = self.elmo.checked_inputs(input_ids, attention_mask, self)
         mask = word_mask(input_ids, attention_mask)
         check_right_padded(mask)
         if output_hidden_states is None:
@@ -1184,10 +1195,12 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 hidden_states=hidden_states,
             )
         labels, backward_labels = pretraining_labels(labels, backward_labels, mask, self.config.word_vocab_size)
+        # checked where the ids are (on the host, or the device), used where the outputs are
+        labels, backward_labels = (to_device(value, forward_outputs.device) for value in (labels, backward_labels))
         predicted = labels != -100
         sample = None
         if self.training and self.config.softmax_type == "sampled":
-            sample = log_uniform_sample(*self._sampler, input_ids.device)
+            sample = log_uniform_sample(*self._sampler, forward_outputs.device)
         forward_nll = self._negative_log_likelihoods(forward_outputs[predicted], labels[predicted], sample)
         backward_nll = self._negative_log_likelihoods(backward_outputs[predicted], backward_labels[predicted], sample)
         num_predictions = predicted.sum()

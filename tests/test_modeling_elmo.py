@@ -110,6 +110,35 @@ def test_ids_on_the_host_are_read_there_and_the_model_computes_on_its_own_device
         assert got.device.type == "meta" and got.shape == want.shape and got.dtype == want.dtype
 
 
+@pytest.mark.parametrize("head, implementation, task_lstm_dim", [
+    (ElmoForTokenClassification, "auto", None), (ElmoForTokenClassification, "export", 4),
+    (ElmoForSequenceClassification, "auto", None), (ElmoForSequenceClassification, "export", 4),
+    (ElmoForPreTraining, "auto", None),
+])
+def test_heads_read_ids_on_the_host_and_compute_on_their_own_device(tokenizer, head, implementation, task_lstm_dim):
+    """As `ElmoModel`, the heads (task heads, with a task biLSTM on the export path; pretraining) on another device
+    (`meta`: no values to read) take the tokenizer's CPU tensors: no op mixes devices, and the outputs have the host
+    model's shapes, on the model's device. Not run here, for reads `meta` cannot serve: labels (checked where the
+    ids or the logits are, then moved to the logits), the packed task biLSTM (torch's `pad_packed_sequence`) and
+    pretraining on the export path (its check that the rows are right-padded reads the mask on the model's
+    device)."""
+    inputs = encode(tokenizer, SENTENCES, padding_side="left" if head is not ElmoForPreTraining else "right")
+    config = tiny_config(
+        elmo_implementation=implementation, num_labels=3, word_vocab_size=11, task_lstm_dim=task_lstm_dim
+    )
+    torch.manual_seed(0)
+    on_host = head(config).eval()
+    elsewhere = head(config).eval().to("meta")
+    with torch.no_grad():
+        expected = on_host(**inputs, output_hidden_states=True)
+        with MixedDevices() as mixed:
+            outputs = elsewhere(**inputs, output_hidden_states=True)
+    assert mixed.ops == []
+    for got, want in zip(outputs.to_tuple(), expected.to_tuple()):
+        for got_tensor, want_tensor in zip(*(value if isinstance(value, tuple) else (value,) for value in (got, want))):
+            assert got_tensor.device.type == "meta" and got_tensor.shape == want_tensor.shape
+
+
 def test_empty_sentences_give_zero_rows(tiny_model, tokenizer):
     with torch.no_grad():
         empty = tiny_model(**tokenizer("", return_tensors="pt"))
