@@ -18,8 +18,9 @@ Columns: the writer processes (`--writers`; 0: the writer thread writes the part
 the gathering of the vectors) and writer threads and of its writer processes together as a share of the run
 (`EmbedSummary.thread_seconds`: a thread near 100% bounds the run; together the threads cannot pass the cores, nor, for
 their Python, one core's worth of the GIL, which the writer processes do not share), the seconds of the call outside
-the run ("other s": counting the lines, the model's fingerprint, the final merge and its checks), total words/s (the whole call of `embed_corpus`), the output's
-size, and the rate it was written at over the whole call (MB/s; the merge writes it a second time). The header
+the run ("other s": counting the lines, the model's fingerprint, the final merge and its checks), total words/s (the
+whole call of `embed_corpus`), the output's size, and the rate it was written at over the whole call (MB/s; the merge
+writes it a second time). The header
 gives the CPU, the load average, and the rate at which the output's folder takes a fresh 1 GiB file (written and
 synced): the vectors of `--layers all` in float32 are 12 KiB a word for the original architecture, so that rate
 alone bounds the command.

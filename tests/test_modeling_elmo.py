@@ -135,7 +135,8 @@ def test_heads_read_ids_on_the_host_and_compute_on_their_own_device(tokenizer, h
             outputs = elsewhere(**inputs, output_hidden_states=True)
     assert mixed.ops == []
     for got, want in zip(outputs.to_tuple(), expected.to_tuple()):
-        for got_tensor, want_tensor in zip(*(value if isinstance(value, tuple) else (value,) for value in (got, want))):
+        got, want = (value if isinstance(value, tuple) else (value,) for value in (got, want))
+        for got_tensor, want_tensor in zip(got, want):
             assert got_tensor.device.type == "meta" and got_tensor.shape == want_tensor.shape
 
 

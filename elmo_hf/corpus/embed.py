@@ -72,7 +72,7 @@ from ..errors import ElmoInputError, ElmoRunError, check_positive_integer, check
 from ..packaged_elmo import DEFAULT_MODEL, resolve_model_name
 from .data import DECODING_ERRORS, decode_line, through_link
 from .parts import (
-    LINE_ATTR, SETTINGS_ATTR, GuardedFile, Part, ReadBackError, WriterDied, WriterProcess, fsync_folder,
+    LINE_ATTR, SETTINGS_ATTR, GuardedFile, Part, ReadBackError, WriterError, WriterProcess, fsync_folder,
     read_index, verify_written, write_index,
 )
 
@@ -297,7 +297,15 @@ class PartWriter:
         self.settings = json.dumps(settings)
         self.part_size = part_size
         self.number = max((int(path.stem.split("-")[1]) + 1 for path in folder.glob("part-*.hdf5")), default=0)
-        self.processes = [WriterProcess() for _ in range(processes)]
+        self.processes: list[WriterProcess] = []
+        try:
+            for _ in range(processes):
+                self.processes.append(WriterProcess())
+        except BaseException:  # one could not start: the others end too
+            for process in self.processes:
+                with contextlib.suppress(Exception):
+                    process.stop()
+            raise
         self.open: list[OpenPart | None] = [None] * max(1, processes)
         self.turn = 0  # the writer of the next batch
         self.index: dict[str, int] = {}
@@ -643,7 +651,10 @@ class EmbedRun:
         existing = self.prepare()
         config = model.config
         num_layers, dim = config.num_layers + 1, 2 * config.projection_dim
-        writer = PartWriter(self.partial, self.settings, job.part_size, job.writers)
+        try:
+            writer = PartWriter(self.partial, self.settings, job.part_size, job.writers)
+        except WriterError as error:
+            raise EmbedRunError(str(error)) from None
         batches: queue.Queue = queue.Queue(QUEUE_BATCHES)
         results: queue.Queue = queue.Queue(QUEUE_BATCHES)
         total = None if num_lines is None else len(range(self.rank, num_lines, self.world_size))
@@ -725,7 +736,7 @@ class EmbedRun:
                         f"cannot write {error.filename or self.partial} ({describe(error)}); free space in (or fix) "
                         f"{self.partial.parent.absolute()}"
                     )
-                elif isinstance(error, (ReadBackError, WriterDied)):
+                elif isinstance(error, (ReadBackError, WriterError)):
                     error = EmbedRunError(str(error))
                 self.writer_error = error
                 self.stop.set()

@@ -34,8 +34,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-import h5py
-import numpy as np
+try:
+    import h5py
+    import numpy as np
+except Exception as error:
+    if __name__ != "__main__":
+        raise
+    # A writer process whose interpreter (`sys.executable`) lacks them: its one reply says so, in place of a traceback.
+    pickle.dump(("error", f"{sys.executable} cannot import numpy and h5py ({type(error).__name__}: {error})"),
+                sys.stdout.buffer)
+    sys.exit(1)
 
 INDEX_NAME = "sentence_to_index"  # the dataset allennlp writes the sentence -> key JSON object into
 SETTINGS_ATTR = "elmo_hf_settings"
@@ -212,6 +220,8 @@ class Part:
             self.guard.check()
         except OSError as error:
             if error.filename is None:
+                if error.strerror is None:  # HDF5's errors have a message only, which a filename hides in str()
+                    error.strerror = str(error)
                 error.filename = str(self.path.with_suffix(".tmp"))
             raise
 
@@ -247,25 +257,40 @@ class Part:
             self.path.with_suffix(".tmp").unlink()
 
 
-class WriterDied(Exception):
+class WriterError(Exception):
+    """A writer process that could not start, failed otherwise than by a write error, or ended before it was told to
+    (`WriterDied`)."""
+
+
+class WriterDied(WriterError):
     """A writer process ended before it was told to (killed, out of memory)."""
 
 
 class WriterProcess:
     """A part written by a process of its own (this file run as a script, `serve`), with `Part`'s methods: each sends
     its work and returns at once, and raises what the process reported for the call before it, so that the caller
-    goes on while the process writes. `stop` waits for the last reply and ends the process.
+    goes on while the process writes. `stop` waits for the last reply and ends the process. Errors other than a write
+    error (OSError) or a file that does not read back (ReadBackError) are WriterError.
 
     The process runs in a session of its own, so that a Ctrl-C meant for the command reaches only the command, which
     then closes its parts in order; it ends by itself when the command's process ends (its input closes) and then
     drops a part left open.
     """
 
+    INSTEAD = "rerun with --writers 0 to write in the command's process"  # what to do when the processes cannot run
+
     def __init__(self):
-        self.process = subprocess.Popen(
-            [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
-        )
-        self.pending: str | None = None  # the request whose reply is due
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+            )
+        except OSError as error:  # an interpreter that is missing or cannot run (an embedded Python's)
+            raise WriterError(
+                f"cannot start a writer process with the interpreter {sys.executable!r} ({error.strerror}); "
+                f"{self.INSTEAD}"
+            ) from None
+        self.pending: str | None = "start"  # the request whose reply is due: the process's first says it started
+        self.started = False
         self.path: Path | None = None  # the part open (or closing), if any
         self.cpu_seconds = 0.0  # the process's CPU time, once stopped
 
@@ -296,7 +321,8 @@ class WriterProcess:
         try:
             self.send("exit")
             self.pending = None
-            self.cpu_seconds = self.receive()[1]
+            with contextlib.suppress(WriterDied):  # ended once told to, every reply in: nothing of its work is lost
+                self.cpu_seconds = self.receive()[1]
         finally:
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
@@ -326,8 +352,12 @@ class WriterProcess:
             raise OSError(*values)
         if kind == "read back":
             raise ReadBackError(values[0])
+        if kind == "error" and request == "start":
+            raise WriterError(f"the writer process {self.process.pid} could not start ({values[0]}); {self.INSTEAD}")
         if kind == "error":
-            raise RuntimeError(values[0])
+            raise WriterError(f"the writer process {self.process.pid} failed{self.writing()}: {values[0]}")
+        if request == "start":
+            self.started = True
         if request == "close":
             self.path = None
 
@@ -340,47 +370,61 @@ class WriterProcess:
     def died(self) -> WriterDied:
         status = self.process.wait()
         how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
-        writing = f" while writing {self.path.with_suffix('.tmp')}" if self.path is not None else ""
-        return WriterDied(f"the writer process {self.process.pid} {how}{writing} (out of memory, or killed?)")
+        if not self.started:
+            return WriterDied(
+                f"the writer process {self.process.pid} ({sys.executable} {__file__}) {how} before it started; "
+                f"{self.INSTEAD}"
+            )
+        return WriterDied(f"the writer process {self.process.pid} {how}{self.writing()} (out of memory, or killed?)")
+
+    def writing(self) -> str:
+        """Where the process writes, for an error's message: the temporary file of the part open, if any."""
+        return f" while writing {self.path.with_suffix('.tmp')}" if self.path is not None else ""
 
 
 def serve(requests: BinaryIO, replies: BinaryIO) -> None:
-    """A writer process's loop: `(kind, ...)` requests from `WriterProcess`, one reply each: `("ok",)`, or the error
-    (`("os", errno, message, filename)`, `("read back", message)`, `("error", message)`), or `("done", cpu
-    seconds)` to `exit`. A part open when the requests end is dropped."""
+    """A writer process's loop: `("ok",)` once started, then `(kind, ...)` requests from `WriterProcess`, one reply
+    each: `("ok",)`, or the error (`("os", errno, message, filename)`, `("read back", message)`,
+    `("error", message)`), or `("done", cpu seconds)` to `exit`. A part open when the command ends (the requests
+    end, or a reply finds no reader: the command was killed while this process wrote) is dropped, quietly."""
     part: Part | None = None
-    while True:
-        try:
-            kind, *values = pickle.load(requests)
-        except (EOFError, pickle.UnpicklingError):  # the command ended (a request cut short if it was killed)
-            if part is not None:
-                part.abort()
-            return
-        reply: tuple = ("ok",)
-        try:
-            if kind == "open":
-                part = Part(Path(values[0]), values[1])
-            elif kind == "lines":
-                part.add(values[0])
-            elif kind == "close":
-                part.close(values[0])
-                part = None
-            elif kind == "abort":
-                if part is not None:
-                    part.abort()
-                part = None
-            elif kind == "exit":
-                reply = ("done", time.process_time())
-        except OSError as error:
-            reply = ("os", error.errno, error.strerror, error.filename)
-        except ReadBackError as error:
-            reply = ("read back", str(error))
-        except Exception as error:
-            reply = ("error", f"{type(error).__name__}: {error}")
-        pickle.dump(reply, replies, protocol=pickle.HIGHEST_PROTOCOL)
-        replies.flush()
-        if kind == "exit":
-            return
+    kind, reply = "start", ("ok",)
+    try:
+        while True:
+            pickle.dump(reply, replies, protocol=pickle.HIGHEST_PROTOCOL)
+            replies.flush()
+            if kind == "exit":
+                return
+            try:
+                kind, *values = pickle.load(requests)
+            except (EOFError, pickle.UnpicklingError):  # the command ended (a request cut short if it was killed)
+                return
+            reply = ("ok",)
+            try:
+                if kind == "open":
+                    part = Part(Path(values[0]), values[1])
+                elif kind == "lines":
+                    part.add(values[0])
+                elif kind == "close":
+                    part.close(values[0])
+                    part = None
+                elif kind == "abort":
+                    if part is not None:
+                        part.abort()
+                    part = None
+                elif kind == "exit":
+                    reply = ("done", time.process_time())
+            except OSError as error:
+                reply = ("os", error.errno, error.strerror, error.filename)
+            except ReadBackError as error:
+                reply = ("read back", str(error))
+            except Exception as error:
+                reply = ("error", f"{type(error).__name__}: {error}")
+    except BrokenPipeError:  # the command ended while this process wrote: nobody to tell
+        pass
+    finally:
+        if part is not None:
+            part.abort()
 
 
 if __name__ == "__main__":
