@@ -221,6 +221,21 @@ class ElmoConfig(PreTrainedConfig):
         """Width of the character CNN output (all banks concatenated)."""
         return sum(num for _, num in self.filters)
 
+    def bilm_parameter_count(self, softmax: bool = False) -> int:
+        """Parameters of `ElmoModel` for this config (with `softmax`, of `ElmoForPreTraining`: plus its softmax over
+        `word_vocab_size` words), counted from the sizes alone, so that a caller can refuse a model too large to
+        build before building it (an `ElmoModel` of `num_layers=2**70` would be built layer by layer until memory
+        runs out)."""
+        filters, projection, gates = self.num_filters, self.projection_dim, 4 * self.lstm_dim
+        count = self.char_vocab_size * self.char_embedding_dim
+        count += sum(width * self.char_embedding_dim * num + num for width, num in self.filters)
+        count += self.num_highway_layers * 2 * (filters * filters + filters)
+        count += self.word_embedding_vocab_size * self.word_embedding_dim
+        count += (self.word_embedding_dim + filters) * projection + projection
+        # each layer and direction: input-to-gate, hidden-to-gate (with the gates' bias) and the projection
+        count += self.num_layers * 2 * (2 * gates * projection + gates + projection * self.lstm_dim)
+        return count + (self.word_vocab_size * (projection + 1) if softmax else 0)
+
     def __setattr__(self, name: str, value: Any):
         """Checks a field's own constraint before it changes (cross-field checks run in `validate`)."""
         name = type(self).attribute_map.get(name, name)

@@ -241,3 +241,20 @@ def test_pretrain_refuses_numbers_too_large_for_the_text(corpus, tmp_path, optio
     assert pretrain("--train", corpus, "--output", output, "--max-steps", 1, *options) == 2
     assert message in one_error_line(capsys.readouterr().err)
     assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    "option, value", [("--num-layers", 2**70), ("--num-layers", 2**40), ("--filters", f"1:{2**40}")]
+)
+def test_pretrain_refuses_an_architecture_larger_than_the_machine_before_building_it(corpus, tmp_path, capsys, option,
+                                                                                   value):
+    """`--num-layers 2**70` built layers until memory ran out, `--lstm-dim 2**70` ended in a torch traceback: the
+    parameters are counted from the sizes (`ElmoConfig.bilm_parameter_count`) and a model whose float32 weights and
+    gradients alone exceed the machine's memory is refused before anything is built or written. (The tiny options
+    that follow set --lstm-dim and --projection-dim; --num-layers and --filters are the test's.)"""
+    output = tmp_path / "out"
+    arguments = ["--train", corpus, "--output", output, "--max-steps", 1, option, value]
+    assert main(["pretrain", *map(str, arguments), "--lstm-dim", "8", "--projection-dim", "4", "--no-progress"]) == 2
+    error = one_error_line(capsys.readouterr().err)
+    assert "GiB for their float32 weights and gradients alone, more than this machine's" in error
+    assert not output.exists()

@@ -165,3 +165,23 @@ def test_integers_are_accepted_where_a_field_takes_numbers(base_folder):
     assert loaded.scalar_mix_parameters == [2, 0, 0]
     model = ElmoForSequenceClassification(config)
     assert model.scalar_mix.weights().argmax() == 1 and not model.scalar_mix.scalar_parameters.requires_grad
+
+
+@pytest.mark.parametrize("fields", [
+    {},
+    {"num_layers": 3, "num_highway_layers": 2, "lstm_dim": 12, "word_vocab_size": 5},
+    {"num_highway_layers": 0, "filters": [[1, 3], [4, 5]], "char_embedding_dim": 6, "word_vocab_size": None},
+    {"char_vocab_size": 20, "word_embedding_vocab_size": 7, "word_embedding_dim": 4,
+     "boundary_input_ids": [[1] * 50 + [1], [2] * 50 + [2]], "word_vocab_size": 9},
+])
+def test_the_parameter_count_from_the_sizes_is_the_models(fields):
+    """`bilm_parameter_count` counts what `ElmoModel` (and with the softmax, `ElmoForPreTraining`) builds, without
+    building it: a dictionary (ELMoForManyLangs) model's word embedding included."""
+    from elmo_hf import ElmoForPreTraining
+
+    config = tiny_config(**fields)
+    assert config.bilm_parameter_count() == sum(parameter.numel() for parameter in ElmoModel(config).parameters())
+    if config.word_vocab_size:
+        pretraining = ElmoForPreTraining(config)
+        assert config.bilm_parameter_count(softmax=True) == sum(p.numel() for p in pretraining.parameters())
+    assert ElmoConfig(num_layers=2**70).bilm_parameter_count() > 2**90  # counted, not built

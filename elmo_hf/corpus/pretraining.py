@@ -367,10 +367,27 @@ def build_config(
     """The architecture preset `architecture` with `overrides` (`lstm_dim`, `filters`, ... where not None)."""
     fields = {**PRESETS[architecture], **{name: value for name, value in overrides.items() if value is not None}}
     try:
-        return ElmoConfig(**fields, word_vocab_size=vocabulary_size, softmax_type=softmax,
-                          softmax_num_samples=num_samples, pretraining_dropout=dropout)
+        config = ElmoConfig(**fields, word_vocab_size=vocabulary_size, softmax_type=softmax,
+                            softmax_num_samples=num_samples, pretraining_dropout=dropout)
     except (ValueError, StrictDataclassError) as error:
         raise PreTrainingError(f"the architecture options cannot be used: {config_error_message(error)}") from None
+    parameters = config.bilm_parameter_count(softmax=True)
+    memory = physical_memory()
+    if memory is not None and 8 * parameters > memory:  # float32 weights and their gradients, before any state
+        raise PreTrainingError(
+            f"the architecture holds {parameters:,} parameters, {8 * parameters / 2**30:,.1f} GiB for their float32 "
+            f"weights and gradients alone, more than this machine's {memory / 2**30:,.1f} GiB of memory; give "
+            "smaller --lstm-dim, --projection-dim, --num-layers or --filters, or a smaller vocabulary."
+        )
+    return config
+
+
+def physical_memory() -> int | None:
+    """Bytes of memory this machine has (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def load_model(
