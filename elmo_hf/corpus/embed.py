@@ -274,6 +274,13 @@ def expected_shape(settings: dict, num_words: int, num_layers: int, dim: int) ->
     return (num_layers, num_words, dim) if settings["layers"] == "all" else (num_words, dim)
 
 
+def index_last(index: dict[str, int], sentence: Sentence) -> None:
+    """`index` {sentence: key} takes `sentence`'s key where it is the last so far of its text (allennlp's index keeps a
+    repeated sentence's last line)."""
+    if sentence.key > index.get(sentence.text, -1):
+        index[sentence.text] = sentence.key
+
+
 @dataclass
 class OpenPart:
     """A part being written: where it is written (`parts.Part` in this process, or a `parts.WriterProcess`), its
@@ -312,13 +319,9 @@ class PartWriter:
         self.sources: dict[int, Path] = {}
         self.completed = 0  # parts this run closed (renamed into place, or being renamed by a writer process)
 
-    def add_index(self, sentence: Sentence):
-        if sentence.key > self.index.get(sentence.text, -1):
-            self.index[sentence.text] = sentence.key
-
     def keep(self, sentence: Sentence, source: Path):
         """A sentence whose vectors an earlier run wrote into `source`."""
-        self.add_index(sentence)
+        index_last(self.index, sentence)
         self.sources[sentence.key] = source
 
     def write(self, sentences: list[Sentence], vectors: Sequence[np.ndarray]):
@@ -337,9 +340,8 @@ class PartWriter:
             part = self.open[slot]
             lines.append((sentence.key, array, line_hash(sentence.text)))
             part.lines += 1
-            if sentence.key > part.index.get(sentence.text, -1):
-                part.index[sentence.text] = sentence.key
-            self.add_index(sentence)
+            index_last(part.index, sentence)
+            index_last(self.index, sentence)
             self.sources[sentence.key] = part.path
             if part.lines >= self.part_size or time.monotonic() - part.opened > PART_SECONDS:
                 part.writer.add(lines)
@@ -370,12 +372,12 @@ class PartWriter:
     def abort(self):
         """Drops the open parts after a failure (their sentences are embedded again on --resume) and ends the writer
         processes."""
-        for slot, part in enumerate(self.open):
+        dropped = {part.path for part in self.open if part is not None}
+        for part in self.open:
             if part is not None:
                 part.writer.abort()
-                for key in [key for key, path in self.sources.items() if path == part.path]:
-                    del self.sources[key]
-            self.open[slot] = None
+        self.open = [None] * len(self.open)
+        self.sources = {key: path for key, path in self.sources.items() if path not in dropped}
         for process in self.processes:
             process.abort()
             with contextlib.suppress(Exception):
