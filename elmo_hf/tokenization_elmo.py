@@ -21,7 +21,7 @@ from itertools import chain
 from typing import Any
 
 import numpy as np
-from tokenizers import AddedToken, pre_tokenizers
+from tokenizers import AddedToken, Regex, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizer
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy, TensorType, is_torch_available, to_py_obj
@@ -47,6 +47,10 @@ END_SENTENCE_TOKEN = "</S>"
 
 # Code points that UTF-8 cannot encode; in a Python str they are always unpaired.
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+# The separators U+001C-U+001F: whitespace to Python's `str.split` (which the original, AllenNLP, `elmo-hf embed
+# --split whitespace` and the pretraining corpus split lines with) but not to `tokenizers`' pre-tokenizers, which
+# split at every other character `str.split` splits at.
+_SEPARATORS = "[\x1c-\x1f]"
 
 # Names of the word-structure characters in the character vocabulary (bytes are named by `chr(byte)`).
 _NAMED_CHARS = {"<bow>": BEGIN_WORD_CHAR_ID, "<eow>": END_WORD_CHAR_ID, "<char_pad>": PADDING_WITHIN_WORD_CHAR_ID}
@@ -153,7 +157,8 @@ class ElmoTokenizer(PreTrainedTokenizer):
     that contractions, decimals and abbreviations are split further than in that data (`"don't"` → `don ' t`,
     `"3.5"` → `3 . 5`); for exact fidelity pass words that were split the same way as the training data, with
     `is_split_into_words=True`. Non-ASCII text is kept intact: `café`, emoji and CJK runs stay single words, and
-    offsets count Python `str` characters. `split_punctuation=False` splits on whitespace only.
+    offsets count Python `str` characters. `split_punctuation=False` splits on whitespace only. Whitespace is
+    what Python's `str.split()` splits at (U+001C-U+001F included), in both modes.
 
     The model adds the sentence boundaries `<S>`/`</S>` itself, so by default there is one row per input word, and
     labels, `word_ids()` and `special_tokens_mask` line up with the words. Only the literal words `"<S>"` and `"</S>"`
@@ -214,9 +219,10 @@ class ElmoTokenizer(PreTrainedTokenizer):
         self._char_entries = {char_id: entry for entry, char_id in (self.char_vocab or {}).items()}
         self.split_punctuation = split_punctuation
         self.add_bos_eos = add_bos_eos
-        self._pre_tokenizer = (
-            pre_tokenizers.BertPreTokenizer() if split_punctuation else pre_tokenizers.WhitespaceSplit()
-        )
+        self._pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(_SEPARATORS), "removed"),
+            pre_tokenizers.BertPreTokenizer() if split_punctuation else pre_tokenizers.WhitespaceSplit(),
+        ])
         begin_sentence_id, end_sentence_id = BEGIN_SENTENCE_CHAR_ID, END_SENTENCE_CHAR_ID
         if self.char_vocab is not None:
             _check_dictionary(self.char_vocab, self.word_vocab, str(bos_token), str(eos_token), vocab_file)

@@ -240,6 +240,21 @@ def test_whitespace_only_splitting_is_persisted(tmp_path):
     assert reloaded.tokenize("Hello, world!") == ["Hello,", "world!"]
 
 
+PYTHON_WHITESPACE = "".join(c for c in map(chr, range(0x3001)) if c.isspace())
+
+
+@pytest.mark.parametrize("split_punctuation", [False, True])
+def test_whitespace_is_what_str_split_splits_at(split_punctuation):
+    """Both modes split at every character `str.split()` splits at (the original's and `embed --split whitespace`'s
+    whitespace), U+001C-U+001F included, and nowhere else in text without punctuation; the offsets give the words."""
+    assert set("\x1c\x1d\x1e\x1f\x85\u3000") <= set(PYTHON_WHITESPACE)
+    tokenizer = ElmoTokenizer(split_punctuation=split_punctuation)
+    text = "a".join(PYTHON_WHITESPACE) + "b\x1cc\x1fd" + "".join(PYTHON_WHITESPACE)
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    assert tokenizer.tokenize(text) == text.split()
+    assert [text[start:end] for start, end in encoding["offset_mapping"]] == text.split()
+
+
 def test_pre_split_offsets_index_the_space_joined_words(tokenizer):
     encoding = tokenizer([["New", "York", "!"]], is_split_into_words=True, return_offsets_mapping=True)
     assert encoding["offset_mapping"] == [[(0, 3), (4, 8), (9, 10)]]
