@@ -290,6 +290,38 @@ def test_a_failed_run_leaves_no_partial_that_blocks_the_next_run(model_dir, tmp_
     assert embed(source, output, "--model", model_dir) == 0
 
 
+def test_a_line_or_batch_larger_than_the_memory_is_refused_by_name(model_dir, tmp_path, monkeypatch, capsys):
+    """A batch whose layers alone need more than the device's memory is refused before the model runs (the
+    allocation could pass and the system kill the run later without a word): a line too long by itself is named with
+    its words, a batch of lines that fit alone names --max-tokens; the lines that fit are embedded as always. A
+    MemoryError inside the model is one error line too."""
+    config = tiny_config()
+    layer_bytes = (config.num_layers + 1) * 2 * config.projection_dim * 4
+    monkeypatch.setattr(embed_module, "device_memory", lambda device: 30 * layer_bytes)
+    lines = ["a b c", " ".join(["w"] * 31), "d e"]
+    source = write_lines(tmp_path / "in.txt", lines)
+    output = tmp_path / "out.hdf5"
+    assert embed(source, output, "--model", model_dir) == 1
+    error = one_error_line(capsys.readouterr().err)
+    assert "line 2 has 31 words, whose layers alone need" in error and "split that line into sentences" in error
+    assert not output.exists() and not (tmp_path / "out.hdf5.partial").exists()
+
+    source = write_lines(tmp_path / "in.txt", [" ".join(["w"] * 10)] * 4)
+    assert embed(source, output, "--model", model_dir) == 1
+    error = one_error_line(capsys.readouterr().err)
+    assert "the batch of lines 1, 2, 3, 4 needs" in error and "lower --max-tokens or --batch-size" in error
+    assert embed(source, output, "--model", model_dir, "--max-tokens", 30) == 0
+    assert contents(output)[0]["0"].shape == (config.num_layers + 1, 10, 2 * config.projection_dim)
+
+    def failing_forward(self, *args, **kwargs):
+        raise MemoryError
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ElmoModel, "forward", failing_forward)
+        assert embed(source, tmp_path / "other.hdf5", "--model", model_dir, "--max-tokens", 30) == 1
+    assert "the model failed on the batch of lines 1" in one_error_line(capsys.readouterr().err)
+
+
 @pytest.mark.parametrize("options", [[], ["--model", "elmo-en-mini"]])
 def test_the_default_model_is_the_packaged_model_offline(tmp_path, monkeypatch, options):
     """Item 11 / issue 26 item 1: no --model, or its name, loads the packaged model offline with no Hub request."""

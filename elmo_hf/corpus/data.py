@@ -315,3 +315,18 @@ __all__ = [
     "load_sentences",
     "read_sentences",
 ]
+
+
+def physical_memory() -> int | None:
+    """Bytes of memory this machine has (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory a device has: the GPU's own for CUDA, else the machine's (None where nothing says)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return physical_memory()

@@ -70,7 +70,7 @@ from ..conversion.convert import check_output_file
 from ..cpu_kernels import available_cores
 from ..errors import ElmoInputError, ElmoRunError, check_positive_integer, check_threads, is_whole
 from ..packaged_elmo import DEFAULT_MODEL, resolve_model_name
-from .data import DECODING_ERRORS, decode_line, through_link
+from .data import DECODING_ERRORS, decode_line, device_memory, through_link
 from .parts import (
     LINE_ATTR, SETTINGS_ATTR, GuardedFile, Part, ReadBackError, WriterError, WriterProcess, fsync_folder,
     read_index, verify_written, write_index,
@@ -795,12 +795,37 @@ class EmbedRun:
 
         return run
 
+    def check_memory(
+        self, config, dtype: torch.dtype, input_ids: torch.Tensor, batch: list[Sentence], keys: str
+    ) -> None:
+        """Refuses a batch whose layers alone, `(num_layers + 1, batch, longest, 2 * projection_dim)` in the model's
+        dtype, need more than all the memory of the device: its allocation could pass (memory is handed out as it is
+        touched) and the system kill the run hours later, without a word."""
+        memory = device_memory(input_ids.device)
+        layer_bytes = (config.num_layers + 1) * 2 * config.projection_dim * dtype.itemsize
+        if memory is None or input_ids.shape[0] * input_ids.shape[1] * layer_bytes <= memory:
+            return
+        gib = f"{memory / 2**30:.1f} GiB of {input_ids.device.type} memory"
+        longest = max(batch, key=lambda sentence: len(sentence.words))
+        if len(longest.words) * layer_bytes > memory:
+            raise EmbedRunError(
+                f"line {longest.key + 1} has {len(longest.words):,} words, whose layers alone need "
+                f"{len(longest.words) * layer_bytes / 2**30:.1f} GiB, more than the {gib}; the input holds one "
+                "sentence a line: split that line into sentences"
+            )
+        raise EmbedRunError(
+            f"the batch of lines {keys} needs "
+            f"{input_ids.shape[0] * input_ids.shape[1] * layer_bytes / 2**30:.1f} GiB for its layers alone, more than "
+            f"the {gib}; lower --max-tokens or --batch-size"
+        )
+
     def vectors(self, model, mix, input_ids, attention_mask, batch: list[Sentence]) -> list[np.ndarray]:
         """The requested layers of a batch as a float32 or float16 array per sentence (`sentence_vectors`)."""
         keys = ", ".join(str(sentence.key + 1) for sentence in batch)
+        self.check_memory(model.config, model.dtype, input_ids, batch, keys)
         try:
             outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-        except (RuntimeError, ValueError) as error:
+        except (RuntimeError, ValueError, MemoryError) as error:
             raise EmbedRunError(f"the model failed on the batch of lines {keys} ({describe(error)})") from error
         lengths = [len(sentence.words) for sentence in batch]
         try:

@@ -63,6 +63,7 @@ from .data import (
     ElmoWordVocabulary,
     check_corpus,
     load_sentences,
+    physical_memory,
 )
 
 logger = logging.get_logger(__name__)
@@ -380,14 +381,6 @@ def build_config(
             "smaller --lstm-dim, --projection-dim, --num-layers or --filters, or a smaller vocabulary."
         )
     return config
-
-
-def physical_memory() -> int | None:
-    """Bytes of memory this machine has (None where the system does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
 
 
 def load_model(
