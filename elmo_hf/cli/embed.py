@@ -17,11 +17,14 @@ import argparse
 import sys
 
 from ..corpus.embed import (
+    CORES_PER_WRITER,
     DECODING_ERRORS,
     LAYER_CHOICES,
     MODEL_DTYPES,
     OUTPUT_DTYPES,
+    MOST_WRITERS,
     SPLIT_CHOICES,
+    default_writers,
     embed_corpus,
 )
 from ..packaged_elmo import DEFAULT_MODEL
@@ -97,7 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--writers", type=int, default=None,
-        help="processes that write the part files (0: a thread of this process; default: by the CPUs free for them)",
+        help="processes that write the part files (0: a thread of this process; default: one per "
+        f"{CORES_PER_WRITER} cores beyond 2, at most {MOST_WRITERS}, the cores shared by torchrun's processes: "
+        f"{default_writers()} here)",
     )
     parser.add_argument(
         "--no-merge", action="store_true", help="under torchrun, leave the shards for merge-shards (default: merge)"
