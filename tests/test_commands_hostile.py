@@ -5,6 +5,7 @@ nothing written and the inputs intact, or the correct result."""
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from conftest import TINY_PRETRAINING, tiny_config
 
 from elmo_hf import ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from elmo_hf.cli import main
+from elmo_hf.corpus import data as data_module
 from elmo_hf.corpus import perplexity as perplexity_module
 from elmo_hf.corpus.data import CorpusError, ElmoWordVocabulary
 from elmo_hf.corpus.embed import EmbedError, merge_shards
@@ -258,3 +260,32 @@ def test_pretrain_refuses_an_architecture_larger_than_the_machine_before_buildin
     error = one_error_line(capsys.readouterr().err)
     assert "GiB for their float32 weights and gradients alone, more than this machine's" in error
     assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    "cgroup, files",
+    [
+        ("0::/a/b\n", {"memory.max": "max", "a/memory.max": "3000000", "a/b/memory.max": "max"}),  # v2, parent's limit
+        ("4:memory:/a/b\n2:cpu:/c\n", {"memory/memory.limit_in_bytes": "9223372036854771712",
+                                        "memory/a/b/memory.limit_in_bytes": "3000000", "cpu/c/memory.max": "7"}),  # v1
+        ("0::/gone\n", {"memory.max": "3000000"}),  # a container sees its own group at the root
+    ],
+)
+def test_the_memory_the_commands_count_on_is_the_control_groups_limit(tmp_path, monkeypatch, cgroup, files):
+    """A process in a control group with a memory limit (a container, a CI runner) is killed at that limit, whatever
+    the machine has: the memory pretrain's and embed's size checks count on is the smallest limit of the process's
+    groups and their parents (v1 or v2), or the machine's where none is set."""
+    (tmp_path / "cgroup").write_text(cgroup)
+    for name, text in files.items():
+        (tmp_path / "fs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fs" / name).write_text(text + "\n")
+    monkeypatch.setattr(data_module, "PROC_CGROUP", tmp_path / "cgroup")
+    monkeypatch.setattr(data_module, "CGROUP_ROOT", tmp_path / "fs")
+    assert data_module.cgroup_memory_limit() == 3000000
+    assert data_module.physical_memory() == 3000000
+    assert data_module.device_memory(torch.device("cpu")) == 3000000
+    (tmp_path / "cgroup").write_text("0::/\n")
+    for path in (tmp_path / "fs").rglob("memory.*"):
+        path.write_text("max\n")
+    assert data_module.cgroup_memory_limit() is None
+    assert data_module.physical_memory() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -307,6 +307,57 @@ class DataCollatorForElmoPreTraining:
         }
 
 
+# Where the kernel shows this process's control groups (`PROC_CGROUP`) and their limits (`CGROUP_ROOT`).
+PROC_CGROUP = Path("/proc/self/cgroup")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_memory_limit() -> int | None:
+    """The smallest memory limit set on this process's control groups or their parents, cgroup v2 (`memory.max`) or
+    v1 (`memory.limit_in_bytes`); None where none is set or readable. A container's limit is what its processes
+    get, whatever the machine has."""
+    try:
+        lines = PROC_CGROUP.read_text().splitlines()
+    except OSError:
+        return None
+    limits = []
+    for line in lines:
+        controllers, _, path = line.partition(":")[2].partition(":")
+        if controllers == "":
+            folder, name = CGROUP_ROOT, "memory.max"
+        elif "memory" in controllers.split(","):
+            folder, name = CGROUP_ROOT / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        parts = [part for part in path.strip().split("/") if part not in ("", ".", "..")]
+        for depth in range(len(parts) + 1):
+            try:
+                text = (folder.joinpath(*parts[:depth]) / name).read_text().strip()
+            except OSError:
+                continue
+            if text.isdigit():
+                limits.append(int(text))
+    return min(limits, default=None)
+
+
+def physical_memory() -> int | None:
+    """Bytes of memory this process can have: the machine's, or its control group's limit where that is smaller
+    (None where the system says neither)."""
+    try:
+        machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        machine = None
+    limits = [limit for limit in (machine, cgroup_memory_limit()) if limit is not None]
+    return min(limits, default=None)
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory a device has: the GPU's own for CUDA, else what this process can have (`physical_memory`)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return physical_memory()
+
+
 __all__ = [
     "CorpusError",
     "DataCollatorForElmoPreTraining",
@@ -316,17 +367,3 @@ __all__ = [
     "read_sentences",
 ]
 
-
-def physical_memory() -> int | None:
-    """Bytes of memory this machine has (None where the system does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def device_memory(device: torch.device) -> int | None:
-    """Bytes of memory a device has: the GPU's own for CUDA, else the machine's (None where nothing says)."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    return physical_memory()
