@@ -366,4 +366,3 @@ __all__ = [
     "load_sentences",
     "read_sentences",
 ]
-
