@@ -822,7 +822,7 @@ class EmbedRun:
     def vectors(self, model, mix, input_ids, attention_mask, batch: list[Sentence]) -> list[np.ndarray]:
         """The requested layers of a batch as a float32 or float16 array per sentence (`sentence_vectors`)."""
         keys = ", ".join(str(sentence.key + 1) for sentence in batch)
-        self.check_memory(model.config, model.dtype, input_ids, batch, keys)
+        self.check_memory(model.config, next(model.parameters()).dtype, input_ids, batch, keys)
         try:
             outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
         except (RuntimeError, ValueError, MemoryError) as error:
