@@ -592,6 +592,7 @@ class EmbedRun:
         self.input_digest = hashlib.sha256()
         self.input_lines = 0
         self.thread_seconds: dict[str, float] = {}  # `EmbedSummary.thread_seconds`
+        self.device_memory: int | None = None  # bytes of the run's device (`device_memory`), read once in `run`
 
     def prepare(self) -> ExistingVectors:
         """Takes the `.partial` folder (fresh, or resumed) under this process's lock and scans what earlier runs
@@ -653,6 +654,7 @@ class EmbedRun:
         existing = self.prepare()
         config = model.config
         num_layers, dim = config.num_layers + 1, 2 * config.projection_dim
+        self.device_memory = device_memory(device)
         try:
             writer = PartWriter(self.partial, self.settings, job.part_size, job.writers)
         except WriterError as error:
@@ -801,9 +803,10 @@ class EmbedRun:
         """Refuses a batch whose layers alone, `(num_layers + 1, batch, longest, 2 * projection_dim)` in the model's
         dtype, need more than all the memory of the device: its allocation could pass (memory is handed out as it is
         touched) and the system kill the run hours later, without a word."""
-        memory = device_memory(input_ids.device)
+        memory = self.device_memory
         layer_bytes = (config.num_layers + 1) * 2 * config.projection_dim * dtype.itemsize
-        if memory is None or input_ids.shape[0] * input_ids.shape[1] * layer_bytes <= memory:
+        needed = input_ids.shape[0] * input_ids.shape[1] * layer_bytes
+        if memory is None or needed <= memory:
             return
         gib = f"{memory / 2**30:.1f} GiB of {input_ids.device.type} memory"
         longest = max(batch, key=lambda sentence: len(sentence.words))
@@ -814,9 +817,8 @@ class EmbedRun:
                 "sentence a line: split that line into sentences"
             )
         raise EmbedRunError(
-            f"the batch of lines {keys} needs "
-            f"{input_ids.shape[0] * input_ids.shape[1] * layer_bytes / 2**30:.1f} GiB for its layers alone, more than "
-            f"the {gib}; lower --max-tokens or --batch-size"
+            f"the batch of lines {keys} needs {needed / 2**30:.1f} GiB for its layers alone, more than the {gib}; "
+            "lower --max-tokens or --batch-size"
         )
 
     def vectors(self, model, mix, input_ids, attention_mask, batch: list[Sentence]) -> list[np.ndarray]:
