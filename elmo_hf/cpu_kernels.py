@@ -23,7 +23,7 @@ the CPU has AVX-512 BF16 or AMX (elsewhere oneDNN may refuse bfloat16 products).
 - compute the character convolutions as matrix products over the windows of a chunk of words, but for the windows
   inside each word's final padding, which equal its last window;
 - compute the input-to-gate products of blocks of time steps at once, bias included, so that only the recurrence is
-  sequential.
+  sequential, and once per distinct row where rows repeat (the first layer's token vectors).
 
 Reordered weights are kept across calls (`ReorderedWeights`: explicit `build` and `clear`, memory documented there),
 each beside a snapshot of the weight it was made from, and used only after the weight is found byte for byte equal
@@ -72,6 +72,13 @@ from .reference_elmo import (
 # At 256 rows the original architecture's block is 16 MiB, below the 32 MiB up to which the C allocator reuses freed
 # memory instead of mapping fresh pages for every block.
 GATE_INPUT_BLOCK_ROWS = 256
+# `GateInputs` looks for rows that repeat in spans of whole steps whose products, were no row repeated, would take up
+# to this many bytes (as a block's, within what the C allocator reuses: 512 rows of the original architecture), and
+# multiplies a span's distinct rows once where at least `REPEATED_SHARE` of its rows repeat another (the token vectors
+# of 64 sentences: 53% in Moby-Dick, 64% in PTB); below that share, gathering each step's rows costs more than the
+# products it saves.
+DISTINCT_SPAN_BYTES = 32 * 2**20
+REPEATED_SHARE = 1 / 8
 # The steps of `StepThreads.run_rows` run on row counts rounded up to a multiple of this.
 ROW_MULTIPLE = 8
 # `encode_words` multiplies the first windows of a chunk's words in counts rounded up to a multiple of this.
@@ -986,34 +993,27 @@ def lstm_with_projection(
 ) -> tuple[torch.Tensor, LstmState]:
     """`reference_elmo.lstm_recurrence` (same arguments and results) over a packed batch.
 
-    The input-to-gate products of blocks of steps (about `GATE_INPUT_BLOCK_ROWS` rows) are one product each, with the
-    gate bias added there; the recurrent products use reordered weights where that pays (`RecurrentLinear`). A first
-    step whose rows all hold the same input and state (`alike_first_rows`) is computed for one row and copied.
+    The input-to-gate products are made ahead of the steps, bias included, once per distinct row where many rows
+    repeat and otherwise in blocks (`GateInputs`); the recurrent products use reordered weights where that pays
+    (`RecurrentLinear`). A first step whose rows all hold the same input and state (`alike_first_rows`) is computed
+    for one row and copied.
     """
     batch_sizes = batch.batch_sizes
     # Rows of the first step that repeat its last row (it alone is computed); none after it.
     repeated = alike_first_rows(inputs, initial_state, batch_sizes[0]) if batch_sizes else 0
     computed_rows = [size - repeated * (step == 0) for step, size in enumerate(batch_sizes)]
-    input_to_gates = CpuLinear(linears.input_to_gates.weight, linears.hidden_to_gates.bias)
     hidden_to_gates = RecurrentLinear(linears.hidden_to_gates, computed_rows)
     projection = RecurrentLinear(linears.projection, computed_rows)
     state, finished = initial_state, FinishedRows()
     outputs = inputs.new_empty(inputs.shape[0], linears.projection.weight.shape[0])
-    block_start = block_end = 0
     position = 0
-    gates_name = step_kind("input to gates", [linears.input_to_gates.weight])
     step_name = step_kind("step", [linears.hidden_to_gates.weight, linears.projection.weight])
     with StepThreads() as threads:
+        gate_inputs = GateInputs(
+            inputs, batch_sizes, CpuLinear(linears.input_to_gates.weight, linears.hidden_to_gates.bias), threads
+        )
         for step, active in enumerate(batch_sizes):
-            if position == block_end:
-                # Input-to-gate products of the next steps, up to GATE_INPUT_BLOCK_ROWS rows (at least one step).
-                block_start, block_end = position + repeated, position + active
-                for next_active in batch_sizes[step + 1 :]:
-                    if block_end + next_active - block_start > GATE_INPUT_BLOCK_ROWS:
-                        break
-                    block_end += next_active
-                gate_inputs = threads.run_rows(gates_name, input_to_gates, inputs[block_start:block_end])
-            step_gate_inputs = gate_inputs[position + repeated - block_start : position + active - block_start]
+            step_gate_inputs = gate_inputs.rows(step, position, repeated)
             state = finished.running(state, active)
             state = threads.run(
                 step_name, active - repeated, lstm_step, step_gate_inputs, tuple(t[repeated:] for t in state),
@@ -1036,6 +1036,89 @@ def alike_first_rows(inputs: torch.Tensor, state: LstmState, rows: int) -> int:
     last = rows - 1
     alike = all(same_bytes(t[:last], t[last:rows].expand(last, *t.shape[1:])) for t in (inputs, *state))
     return last if alike else 0
+
+
+class GateInputs:
+    """The input-to-gate products of a packed batch's steps (bias included), each made before the first step that
+    reads it, with the thread count `threads` chose.
+
+    Rows that repeat byte for byte are multiplied once: the token vectors repeat wherever a word does (every `<S>`
+    and `</S>` too: half or more of the positions of 64 English sentences), and a row's product does not depend on
+    the rows beside it (`ReorderTimings`), so a step gathering its rows from the products of the distinct rows gets
+    the bits of multiplying them all. The steps are taken in spans of up to `DISTINCT_SPAN_BYTES` of products; a span
+    where fewer than `REPEATED_SHARE` of the rows repeat (a biLSTM layer's outputs) is multiplied in blocks of about
+    `GATE_INPUT_BLOCK_ROWS` rows, the steps reading views of them.
+    """
+
+    def __init__(self, inputs: torch.Tensor, batch_sizes: list[int], product: CpuLinear, threads: StepThreads):
+        self.inputs, self.batch_sizes, self.product, self.threads = inputs, batch_sizes, product, threads
+        self.name = step_kind("input to gates", [product.weight])
+        self.span_rows = DISTINCT_SPAN_BYTES // (product.weight.shape[0] * inputs.element_size())
+        self.start = self.end = 0  # the products made hold the rows [start, end) of `inputs`
+        self.products: torch.Tensor | None = None
+        self.places: torch.Tensor | None = None  # each row's place among `products`, if they are of distinct rows
+        self.blocks_until = 0  # rows before this lie in a span of few repeats: blocks
+
+    def rows(self, step: int, position: int, skip: int) -> torch.Tensor:
+        """The products of step `step`'s rows (`batch_sizes[step]`, from `position` of the packed inputs) less its
+        first `skip`: `(rows - skip, 4 * lstm_dim)`."""
+        if position == self.end:
+            self._make(step, position, position + skip)
+        start, stop = position + skip - self.start, position + self.batch_sizes[step] - self.start
+        if self.places is None:
+            return self.products[start:stop]
+        return self.products.index_select(0, self.places[start:stop])
+
+    def _make(self, step: int, position: int, start: int) -> None:
+        """The products of the rows from `start` to the end of a span (or block) of whole steps from `step`."""
+        if start >= self.blocks_until:
+            end = self._steps_end(step, position, start, self.span_rows)
+            found = distinct_rows(self.inputs[start:end])
+            if found is not None:
+                first, self.places = found
+                self.products = self.threads.run_rows(self.name, self.product, self.inputs[start + first])
+                self.start, self.end = start, end
+                return
+            self.blocks_until = end
+        end = self._steps_end(step, position, start, GATE_INPUT_BLOCK_ROWS)
+        self.products = self.threads.run_rows(self.name, self.product, self.inputs[start:end])
+        self.places, self.start, self.end = None, start, end
+
+    def _steps_end(self, step: int, position: int, start: int, most: int) -> int:
+        """Where step `step` (at `position`) and the steps after it that fit in `most` rows from `start` end."""
+        end = position + self.batch_sizes[step]
+        for size in self.batch_sizes[step + 1 :]:
+            if end + size - start > most:
+                break
+            end += size
+        return end
+
+
+def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Rows that repeat byte for byte: `(count, features)` -> where one row of each distinct value is `(distinct,)`
+    and each row's value among them `(count,)`; None where fewer than `REPEATED_SHARE` of the rows repeat another.
+
+    Rows are grouped by their first 8 bytes, and each group is checked against its first row byte for byte; where a
+    group holds rows that differ beyond those bytes, whole rows are compared."""
+    count = rows.shape[0]
+    row_bytes = rows.contiguous().view(torch.uint8).view(count, rows.shape[1] * rows.element_size())
+    keys = row_bytes.new_zeros(count, 8)  # each row's first 8 bytes (zeros after a shorter row) as one integer
+    keys[:, : row_bytes.shape[1]] = row_bytes[:, :8]
+    found = first_of_each(torch.unique(keys.view(torch.int64).view(-1), return_inverse=True)[1])
+    if found is not None and not torch.equal(row_bytes[found[0][found[1]]], row_bytes):
+        found = first_of_each(torch.unique(row_bytes, dim=0, return_inverse=True)[1])  # rows alike in 8 bytes only
+    return found
+
+
+def first_of_each(places: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """For rows grouped by `places` `(count,)` (each row's group, 0..groups-1): the first row of each group and
+    `places`, or None where fewer than `REPEATED_SHARE` of the rows share a group with an earlier one (or none is
+    given: a step may have no rows)."""
+    count = places.shape[0]
+    groups = int(places.max()) + 1 if count else 0
+    if not count or count - groups < REPEATED_SHARE * count:
+        return None
+    return places.new_full((groups,), count).scatter_reduce_(0, places, torch.arange(count), "amin"), places
 
 
 def lstm_step(

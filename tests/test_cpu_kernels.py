@@ -213,6 +213,54 @@ def test_blocks_of_words_and_of_gate_inputs_do_not_change_the_result(tiny_model,
     assert_layers_close(blocked, whole, atol=1e-6)
 
 
+def test_repeated_inputs_are_multiplied_once_with_the_bits_of_every_row(tiny_model, tokenizer, monkeypatch):
+    """A word's token vector is the same wherever it stands, so the first layer's input-to-gate products are made once
+    per distinct row (the steps gather theirs) with the bits of multiplying every row; the layer above, whose inputs
+    do not repeat, multiplies every row."""
+    multiplied = []
+    run_rows = cpu_kernels.StepThreads.run_rows
+
+    def counted(self, name, step, rows):
+        if name.startswith("input to gates"):
+            multiplied.append(len(rows))
+        return run_rows(self, name, step, rows)
+
+    monkeypatch.setattr(cpu_kernels.StepThreads, "run_rows", counted)
+    sentences = [["the", "cat", "saw", "the", "dog", "."], ["the", "dog", "saw", "a", "cat", "."], ["."]]
+    inputs = encode(tokenizer, sentences)
+    results, default = {}, cpu_kernels.REPEATED_SHARE
+    for share in (default, 2.0):  # 2.0: never enough repeats, every row multiplied
+        monkeypatch.setattr(cpu_kernels, "REPEATED_SHARE", share)
+        multiplied.clear()
+        with torch.inference_mode():
+            results[share] = tiny_model(**inputs, output_hidden_states=True, output_lstm_state=True)
+        results[share, "rows"] = list(multiplied)
+    once, every = results[default], results[2.0]
+    once_rows, every_rows = results[default, "rows"], results[2.0, "rows"]
+    assert len(once_rows) == len(every_rows) == 4  # one product for each of the four cells, layer 0's first
+    assert all(fewer < all_rows for fewer, all_rows in zip(once_rows[:2], every_rows[:2])), (once_rows, every_rows)
+    assert once_rows[2:] == every_rows[2:]
+    for value, expected in zip((*once.hidden_states, *once.lstm_state), (*every.hidden_states, *every.lstm_state)):
+        assert torch.equal(value, expected)
+
+
+def test_distinct_rows_are_found_byte_for_byte():
+    """Rows alike in their first 8 bytes only, and a signed zero, are distinct; too few repeats find nothing."""
+    values = torch.randn(6, 5, generator=torch.Generator().manual_seed(0))
+    rows = values[torch.tensor([0, 1, 0, 2, 0, 1, 3, 4, 5, 0])]
+    rows[3, :2] = rows[0, :2]  # like row 0 in the first 8 bytes, not beyond
+    rows[8] = 0.0
+    rows[9] = 0.0
+    rows[9, 4] = -0.0
+    first, places = cpu_kernels.distinct_rows(rows)
+    assert torch.equal(rows[first[places]], rows)
+    assert len(first) == 7 and len(set(places.tolist())) == 7
+    assert places[0] == places[2] == places[4] and places[1] == places[5] and places[3] != places[0]
+    assert places[8] != places[9]
+    assert cpu_kernels.distinct_rows(values) is None
+    assert cpu_kernels.distinct_rows(values[torch.tensor([0, 1, 2, 3, 4, 5, 0, 1, 2])]) is not None  # 3 of 9 repeat
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
 def test_other_dtypes_run_close_to_float32(tiny_model, tokenizer, dtype):
     inputs = encode(tokenizer, SENTENCES)
