@@ -1105,7 +1105,7 @@ def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | Non
     keys = row_bytes.new_zeros(count, 8)  # each row's first 8 bytes (zeros after a shorter row) as one integer
     keys[:, : row_bytes.shape[1]] = row_bytes[:, :8]
     found = first_of_each(torch.unique(keys.view(torch.int64).view(-1), return_inverse=True)[1])
-    if found is not None and not torch.equal(row_bytes[found[0][found[1]]], row_bytes):
+    if found is not None and not same_bytes(rows[found[0][found[1]]], rows):
         found = first_of_each(torch.unique(row_bytes, dim=0, return_inverse=True)[1])  # rows alike in 8 bytes only
     return found
 
