@@ -64,6 +64,8 @@ from .reference_elmo import (
     SequenceBatch,
     TokenLayers,
     directions_in_turn,
+    group_rows,
+    same_bytes,
     with_word_embeddings,
 )
 
@@ -253,19 +255,6 @@ def _seconds(run: Callable[[], object], repeats: int = 1) -> float:
     for _ in range(repeats):
         run()
     return (time.perf_counter() - start) / repeats
-
-
-def same_bytes(tensor: torch.Tensor, other: torch.Tensor) -> bool:
-    """Whether two tensors hold exactly the same bytes in the same shape and dtype (NaNs and signed zeros
-    included, which `torch.equal` on values would not tell apart)."""
-    if tensor.shape != other.shape or tensor.dtype != other.dtype:
-        return False
-    tensor, other = (t.detach().contiguous().view(-1).view(torch.uint8) for t in (tensor, other))
-    if tensor.numel() % 8 == 0 and tensor.storage_offset() % 8 == 0 and other.storage_offset() % 8 == 0:
-        # compared as 64-bit words: the same bytes, read twice as fast (a view at an odd offset, a row of odd width
-        # cut from a larger tensor, cannot be read as such)
-        tensor, other = tensor.view(torch.int64), other.view(torch.int64)
-    return torch.equal(tensor, other)
 
 
 class ReorderedWeights:
@@ -1096,29 +1085,13 @@ class GateInputs:
 
 def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Rows that repeat byte for byte: `(count, features)` -> where one row of each distinct value is `(distinct,)`
-    and each row's value among them `(count,)`; None where fewer than `REPEATED_SHARE` of the rows repeat another.
-
-    Rows are grouped by their first 8 bytes, and each group is checked against its first row byte for byte; where a
-    group holds rows that differ beyond those bytes, whole rows are compared."""
+    and each row's value among them `(count,)`; None where fewer than `REPEATED_SHARE` of the rows repeat another (or
+    there are none). Rows are keyed by their first 8 bytes (`group_rows`), which tell token vectors apart."""
     count = rows.shape[0]
-    row_bytes = rows.contiguous().view(torch.uint8).view(count, rows.shape[1] * rows.element_size())
-    keys = row_bytes.new_zeros(count, 8)  # each row's first 8 bytes (zeros after a shorter row) as one integer
-    keys[:, : row_bytes.shape[1]] = row_bytes[:, :8]
-    found = first_of_each(torch.unique(keys.view(torch.int64).view(-1), return_inverse=True)[1])
-    if found is not None and not same_bytes(rows[found[0][found[1]]], rows):
-        found = first_of_each(torch.unique(row_bytes, dim=0, return_inverse=True)[1])  # rows alike in 8 bytes only
-    return found
-
-
-def first_of_each(places: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """For rows grouped by `places` `(count,)` (each row's group, 0..groups-1): the first row of each group and
-    `places`, or None where fewer than `REPEATED_SHARE` of the rows share a group with an earlier one (or none is
-    given: a step may have no rows)."""
-    count = places.shape[0]
-    groups = int(places.max()) + 1 if count else 0
-    if not count or count - groups < REPEATED_SHARE * count:
+    first, places = group_rows(rows, key_bytes=8)
+    if not count or count - first.shape[0] < REPEATED_SHARE * count:
         return None
-    return places.new_full((groups,), count).scatter_reduce_(0, places, torch.arange(count), "amin"), places
+    return first, places
 
 
 def lstm_step(

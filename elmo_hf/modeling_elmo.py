@@ -77,6 +77,7 @@ from .reference_elmo import (
     SequenceBatch,
     TokenLayers,
     WordsFirst,
+    group_rows,
     log_expected_count,
     log_uniform_sample,
     to_device,
@@ -537,10 +538,10 @@ class ElmoModel(ElmoPreTrainedModel):
 
         A packed batch runs the token layer once per distinct row of ids (characters, and the word id if any) and the
         two boundary tokens, never on padding; a padded one (the export path) on every position, taking no shape from
-        the data. The packed path reads the data on the host twice, both before the token layer is launched (where the
-        words are, which rows are distinct): on a GPU the host then queues the rest of the forward while the token
-        layer runs, instead of waiting for it. Given ids on the host (the CPU) while the model is on a GPU, it reads
-        them there, never waiting for the GPU, and sends the token layer only the distinct rows and one index.
+        the data. The packed path reads the data on the host only before the token layer is launched (where the words
+        are, which rows are distinct, `group_rows`): on a GPU the host then queues the rest of the forward while the
+        token layer runs, instead of waiting for it. Given ids on the host (the CPU) while the model is on a GPU, it
+        reads them there, never waiting for the GPU, and sends the token layer only the distinct rows and one index.
         """
         batch_size, sequence_length = mask.shape
         lengths = mask.sum(1)
@@ -551,8 +552,8 @@ class ElmoModel(ElmoPreTrainedModel):
         if packed:
             rows, positions = mask.nonzero(as_tuple=True)
             words = torch.cat([boundaries, input_ids[rows, positions]])
-            distinct_ids, occurrences = torch.unique(words, dim=0, return_inverse=True)
-            embeddings = self.token_encoder(to_device(distinct_ids, device))
+            first, occurrences = group_rows(words)
+            embeddings = self.token_encoder(to_device(words[first], device))
             # Each position's row of `embeddings`, padding the zero row appended to them: one gather.
             table = nn.functional.pad(embeddings, (0, 0, 0, 1))
             where = occurrences.new_full((batch_size, sequence_length + 2), embeddings.shape[0])

@@ -19,12 +19,15 @@ batch of sentences they read.
   `lstm_recurrence(inputs, batch, initial_state, linears, cell_clip, projection_clip)`, and the schedule of a layer's
   two directions, `directions_in_turn(cells, inputs, batch, initial_states)`.
 - The pretraining's log-uniform word sampler (`log_uniform_sample`).
+- Rows grouped byte for byte (`group_rows`): the distinct words of a batch, which the token layer encodes once each,
+  and the repeated inputs the CPU kernels multiply once.
 
 Faster implementations of the same signatures (`cpu_kernels.py`, `training_kernels.py`, `export_kernels.py`) are
 listed beside these references in `kernels_elmo.py`, whose dispatcher chooses one per call. The references call the
 layers they are given (the modules pass their own submodules), so hooks, PEFT adapters and quantised layers take part.
 """
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -146,6 +149,72 @@ class SequenceBatch:
 def word_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """`(batch_size, sequence_length)` bool: the given attention mask, or the rows with any non-zero character id."""
     return attention_mask.bool() if attention_mask is not None else (input_ids > 0).any(-1)
+
+
+def same_bytes(tensor: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether two tensors hold exactly the same bytes in the same shape and dtype (NaNs and signed zeros
+    included, which `torch.equal` on values would not tell apart)."""
+    if tensor.shape != other.shape or tensor.dtype != other.dtype:
+        return False
+    tensor, other = (t.detach().contiguous().view(-1).view(torch.uint8) for t in (tensor, other))
+    if tensor.numel() % 8 == 0 and tensor.storage_offset() % 8 == 0 and other.storage_offset() % 8 == 0:
+        # compared as 64-bit words: the same bytes, read twice as fast (a view at an odd offset, a row of odd width
+        # cut from a larger tensor, cannot be read as such)
+        tensor, other = tensor.view(torch.int64), other.view(torch.int64)
+    return torch.equal(tensor, other)
+
+
+@functools.lru_cache
+def key_coefficients(words: int) -> torch.Tensor:
+    """`group_rows`' fixed multipliers of a row's `words` 32-bit words `(words,)` int64: random, and as large as keeps
+    every key within 64 bits (a sum of `words` products of a word, at most 2**31 in magnitude, and a multiplier)."""
+    bits = 62 - 31 - max(1, (words - 1).bit_length())
+    return torch.randint(1, 2**bits, (words,), generator=torch.Generator().manual_seed(0))
+
+
+def group_rows(rows: torch.Tensor, key_bytes: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows grouped by their bytes: `(count, ...)` -> the first row of each group `(groups,)` and each row's group
+    `(count,)`, so that `rows[first[places]]` holds exactly the bytes of `rows`.
+
+    Each row is keyed by its first `key_bytes` bytes (all by default): those bytes themselves where they fit in 64
+    bits, else a fixed weighted sum of their 32-bit words (integers: exact, the same on every device and thread
+    count). Rows are grouped by key, a sort of `count` integers, and where a key holds several rows they are checked
+    byte for byte; a key shared by rows that differ (beyond `key_bytes`, or whose sums agree) falls back to sorting
+    the rows themselves (`torch.unique(dim=0)`). On a 2-vCPU AMD EPYC Zen 3, the 5,435 words of 256 PTB sentences
+    (50 int64 character ids each) were grouped in 2.5-3.5 ms keyed against 14-21 ms sorted.
+    """
+    count, width = rows.shape[0], math.prod(rows.shape[1:]) * rows.element_size()
+    row_bytes = rows.contiguous().view(torch.uint8).view(count, width)
+    key_width = width if key_bytes is None else min(key_bytes, width)
+    if key_width <= 8:
+        keys = row_bytes.new_zeros(count, 8)
+        keys[:, :key_width] = row_bytes[:, :key_width]
+        keys = keys.view(torch.int64).view(-1)
+    else:
+        words = -(-key_width // 4)
+        if key_width % 4 == 0 and width % 4 == 0 and row_bytes.storage_offset() % 4 == 0:
+            values = row_bytes[:, :key_width].view(torch.int32).long()
+        else:  # zero-padded to whole 32-bit words
+            values = row_bytes.new_zeros(count, 4 * words)
+            values[:, :key_width] = row_bytes[:, :key_width]
+            values = values.view(torch.int32).long()
+        coefficients = key_coefficients(words).to(rows.device)
+        # The same integers either way: a product of integer vectors (5x faster than the element-wise form on a CPU)
+        # where torch has one; CUDA multiplies no int64 matrices.
+        keys = torch.mv(values, coefficients) if rows.device.type == "cpu" else (values * coefficients).sum(1)
+    distinct, places = torch.unique(keys, return_inverse=True)
+    first = first_rows(places, distinct.shape[0])
+    if first.shape[0] < count and not same_bytes(rows[first[places]], rows):
+        distinct, places = torch.unique(row_bytes, dim=0, return_inverse=True)
+        first = first_rows(places, distinct.shape[0])
+    return first, places
+
+
+def first_rows(places: torch.Tensor, groups: int) -> torch.Tensor:
+    """For rows grouped by `places` `(count,)` (each row's group, 0 to `groups - 1`, each holding a row): the first
+    row of each group `(groups,)`."""
+    indices = torch.arange(places.shape[0], device=places.device)
+    return places.new_full((groups,), places.shape[0]).scatter_reduce_(0, places, indices, "amin")
 
 
 class WordsFirst:
@@ -383,11 +452,13 @@ __all__ = [
     "TokenLayers",
     "WordsFirst",
     "directions_in_turn",
+    "group_rows",
     "lstm_recurrence",
     "log_expected_count",
     "log_uniform_sample",
     "lstm_step",
     "masked_step",
+    "same_bytes",
     "token_layer",
     "word_mask",
 ]

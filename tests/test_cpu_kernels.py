@@ -29,7 +29,7 @@ from elmo_hf.cpu_kernels import (
     ReorderTimings,
 )
 from elmo_hf.kernels_elmo import RECURRENCE_IMPLEMENTATIONS, TOKEN_LAYER_IMPLEMENTATIONS, Implementation
-from elmo_hf.reference_elmo import SequenceBatch, lstm_recurrence
+from elmo_hf.reference_elmo import SequenceBatch, group_rows, key_coefficients, lstm_recurrence
 
 
 def eager_copy(model: ElmoModel) -> ElmoModel:
@@ -242,6 +242,53 @@ def test_repeated_inputs_are_multiplied_once_with_the_bits_of_every_row(tiny_mod
     assert once_rows[2:] == every_rows[2:]
     for value, expected in zip((*once.hidden_states, *once.lstm_state), (*every.hidden_states, *every.lstm_state)):
         assert torch.equal(value, expected)
+
+
+def test_group_rows_groups_the_words_of_a_batch_as_sorting_them_does(tokenizer):
+    """`group_rows` over character-id rows (keyed by weighted sums of all their bytes) finds the groups that sorting
+    the rows finds, each row's bytes in its group's first row."""
+    sentences = [sentence * 3 for sentence in SENTENCES] + [["a", "ab", "ba", "b" * 60, "b" * 61]]
+    encoded = tokenizer(sentences, is_split_into_words=True, return_tensors="pt", padding=True)
+    words = encoded["input_ids"][encoded["attention_mask"].bool()]
+    first, places = group_rows(words)
+    distinct, sorted_places = torch.unique(words, dim=0, return_inverse=True)
+    assert torch.equal(words[first[places]], words)
+    assert len(first) == len(distinct) < len(words)
+    assert len(set(zip(places.tolist(), sorted_places.tolist()))) == len(distinct)  # the same partition
+
+
+def test_group_rows_tells_apart_rows_whose_keys_agree():
+    """Rows whose keys agree but whose bytes differ are grouped apart (by sorting the rows themselves): two weighted
+    sums made to cancel, and rows alike in their first `key_bytes` only."""
+    coefficients = key_coefficients(3)
+    rows = torch.zeros(4, 3, dtype=torch.int32)
+    rows[1, 0], rows[1, 1] = int(coefficients[1]), -int(coefficients[0])
+    rows[3] = rows[1]
+    assert torch.equal(torch.mv(rows.long(), coefficients), torch.zeros(4, dtype=torch.int64))  # one key for all
+    first, places = group_rows(rows)
+    assert torch.equal(rows[first[places]], rows)
+    assert places[0] == places[2] != places[1] == places[3]
+    rows = torch.zeros(3, 3, dtype=torch.int32)
+    rows[1, 2] = 5  # beyond the first 8 bytes
+    first, places = group_rows(rows, key_bytes=8)
+    assert torch.equal(rows[first[places]], rows) and places[0] == places[2] != places[1]
+
+
+def test_group_rows_takes_rows_of_any_width_and_offset():
+    """Rows of a width that is no multiple of 4 bytes, rows at an offset that is no multiple of 4 bytes, and no
+    rows at all."""
+    flat = torch.arange(200, dtype=torch.uint8) % 7
+    rows = flat[1:196].view(15, 13)  # 13-byte rows from byte 1, repeating every 7 rows
+    first, places = group_rows(rows)
+    assert torch.equal(rows[first[places]], rows) and len(first) == 7
+    values = torch.randn(12, 6).to(torch.bfloat16)
+    values[9:] = values[:3]
+    flat = torch.cat([values.new_zeros(1), values.view(-1)])
+    rows = flat[1:].view(12, 6)  # 12-byte rows at a 2-byte offset
+    first, places = group_rows(rows)
+    assert torch.equal(rows[first[places]], rows) and len(first) == 9
+    first, places = group_rows(torch.zeros(0, 50, dtype=torch.int64))
+    assert first.shape == places.shape == (0,)
 
 
 def test_distinct_rows_are_found_byte_for_byte():
