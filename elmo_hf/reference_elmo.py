@@ -187,7 +187,7 @@ def group_rows(rows: torch.Tensor, key_bytes: int | None = None) -> tuple[torch.
     row_bytes = rows.contiguous().view(torch.uint8).view(count, width)
     key_width = width if key_bytes is None else min(key_bytes, width)
     word = 8 if key_width <= 8 else 4  # one 64-bit word, or 32-bit words to sum
-    words = -(-key_width // word)
+    words = max(1, -(-key_width // word))  # rows of no bytes: one zero word, one group
     if key_width == word * words and width % word == 0 and row_bytes.storage_offset() % word == 0:
         key_bytes_of_rows = row_bytes[:, :key_width]
     else:  # zero-padded to whole words

@@ -275,8 +275,8 @@ def test_group_rows_tells_apart_rows_whose_keys_agree():
 
 
 def test_group_rows_takes_rows_of_any_width_and_offset():
-    """Rows of a width that is no multiple of 4 bytes, rows at an offset that is no multiple of 4 bytes, and no
-    rows at all."""
+    """Rows of a width that is no multiple of 4 bytes, rows at an offset that is no multiple of 4 bytes, rows of no
+    bytes (all alike: one group), and no rows at all."""
     flat = torch.arange(200, dtype=torch.uint8) % 7
     rows = flat[1:196].view(15, 13)  # 13-byte rows from byte 1, repeating every 7 rows
     first, places = group_rows(rows)
@@ -289,6 +289,10 @@ def test_group_rows_takes_rows_of_any_width_and_offset():
     assert torch.equal(rows[first[places]], rows) and len(first) == 9
     first, places = group_rows(torch.zeros(0, 50, dtype=torch.int64))
     assert first.shape == places.shape == (0,)
+    for rows in (torch.zeros(3, 0, dtype=torch.int64), torch.zeros(3, 0)):
+        for key_bytes in (None, 8):
+            first, places = group_rows(rows, key_bytes=key_bytes)
+            assert first.tolist() == [0] and places.tolist() == [0, 0, 0]
 
 
 def test_distinct_rows_are_found_byte_for_byte():
