@@ -30,6 +30,7 @@ Dimension names used in the docstrings: `batch_size`, `sequence_length` (words),
 
 import contextlib
 import copy
+import inspect
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -38,6 +39,7 @@ import torch
 from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
+from transformers.modeling_utils import _add_variant
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
@@ -476,10 +478,16 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
         """As transformers', but a path that is a file raises (`check_save_directory`) instead of saving nothing, and
-        a previous save's weights in the other layout are removed: transformers left a `model.safetensors` beside
-        new shards, and `from_pretrained` then loaded it, the old weights, without a word."""
+        a previous save's weights in the other layout (of the same `variant`) are removed: transformers left a
+        `model.safetensors` (`model.VARIANT.safetensors`) beside new shards, and `from_pretrained` then loaded it, the
+        old weights, without a word."""
         check_save_directory(save_directory)
-        layouts = [os.path.join(save_directory, name) for name in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME)]
+        arguments = inspect.signature(PreTrainedModel.save_pretrained).bind(self, save_directory, *args, **kwargs)
+        variant = arguments.arguments.get("variant")
+        layouts = [
+            os.path.join(save_directory, _add_variant(name, variant))
+            for name in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME)
+        ]
 
         def stats() -> list[tuple[int, int, int] | None]:
             """Each layout's file as identity, size and modification time (`None` where absent)."""
@@ -489,7 +497,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         before = stats()
         super().save_pretrained(save_directory, *args, **kwargs)
         written = [old != new and new is not None for old, new in zip(before, stats())]
-        if kwargs.get("variant") is None and kwargs.get("is_main_process", True) and sum(written) == 1:
+        if arguments.arguments.get("is_main_process", True) and sum(written) == 1:
             stale = layouts[written.index(False)]
             if os.path.isfile(stale):
                 os.remove(stale)

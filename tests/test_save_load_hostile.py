@@ -257,16 +257,25 @@ def test_save_over_a_folder_with_other_files_keeps_them_and_loads_the_new_weight
     assert torch.equal(outputs(ElmoModel.from_pretrained(target), inputs), outputs(other, inputs))
 
 
-def test_saving_shards_over_one_file_and_back_loads_the_new_weights(inputs, tmp_path):
-    """transformers left the previous `model.safetensors` beside new shards, and `from_pretrained` loaded it."""
+@pytest.mark.parametrize("variant", [None, "v1"])
+def test_saving_shards_over_one_file_and_back_loads_the_new_weights(variant, inputs, tmp_path):
+    """transformers left the previous `model.safetensors` (`model.v1.safetensors` for a variant) beside new shards,
+    and `from_pretrained` loaded it; a save of another variant leaves this one alone."""
+    one_file, index = ("model.safetensors", "model.safetensors.index.json") if variant is None else (
+        "model.v1.safetensors", "model.safetensors.index.v1.json"
+    )
+    ElmoModel(tiny_config()).save_pretrained(tmp_path, variant="other" if variant is None else None)
+    kept = sorted(path.name for path in tmp_path.glob("model*"))
     for seed, shard_size in enumerate(["1KB", "5GB", "1KB"]):
         torch.manual_seed(seed)
         model = ElmoModel(tiny_config())
-        model.save_pretrained(tmp_path, max_shard_size=shard_size)
+        model.save_pretrained(tmp_path, max_shard_size=shard_size, variant=variant)
         sharded = shard_size == "1KB"
-        assert (tmp_path / "model.safetensors").exists() != sharded
-        assert (tmp_path / "model.safetensors.index.json").exists() == sharded
-        assert torch.equal(outputs(ElmoModel.from_pretrained(tmp_path), inputs), outputs(model, inputs))
+        assert (tmp_path / one_file).exists() != sharded
+        assert (tmp_path / index).exists() == sharded
+        loaded = ElmoModel.from_pretrained(tmp_path, variant=variant)
+        assert torch.equal(outputs(loaded, inputs), outputs(model, inputs))
+    assert set(kept) <= {path.name for path in tmp_path.glob("model*")}
 
 
 def test_config_json_string_round_trips():
