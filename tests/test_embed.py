@@ -345,10 +345,11 @@ def test_existing_output_is_refused_and_kept(model_dir, tmp_path, capsys):
     assert "is the input file" in capsys.readouterr().err and source.read_text().startswith(SENTENCES[0])
 
 
-def test_overwrite_never_replaces_a_model_file_nor_a_special_file(model_dir, tmp_path, capsys):
+def test_overwrite_never_replaces_a_model_file_nor_a_special_file(model_dir, tmp_path, capsys, monkeypatch):
     """--overwrite replaces earlier results only: not a file of the model's folder, a pipe (the finished file is
-    renamed over OUTPUT, so a device such as /dev/null would become a file) or a folder; a pipe as input is refused
-    too (the input is read twice); merge-shards' OUTPUT alike."""
+    renamed over OUTPUT, so a device such as /dev/null would become a file) or a folder (`.` and `/` too, which have
+    no name to write beside); a pipe as input is refused too (the input is read twice); merge-shards' OUTPUT alike."""
+    monkeypatch.chdir(tmp_path)
     model = tmp_path / "model"
     shutil.copytree(model_dir, model)
     weights = (model / "model.safetensors").read_bytes()
@@ -362,6 +363,9 @@ def test_overwrite_never_replaces_a_model_file_nor_a_special_file(model_dir, tmp
         ([source, pipe], "is not a regular file"),
         ([pipe, tmp_path / "out.hdf5"], "is not a regular file (a pipe or a device); give a file, or -"),
         ([source / "out.hdf5"], "lies under"),
+        ([folder], f"OUTPUT {folder} is a folder; give a file path such as {folder / 'vectors.hdf5'}"),
+        ([Path(".")], "OUTPUT . is a folder; give a file path such as vectors.hdf5"),
+        ([Path("/")], "OUTPUT / is a folder; give a file path such as /vectors.hdf5"),
     ):
         arguments = arguments if len(arguments) == 2 else [source, *arguments]
         assert embed(*arguments, "--model", model, "--overwrite") == 2

@@ -1074,6 +1074,8 @@ def check_paths(
         if not source.is_file():  # read twice (counted, then embedded), which a pipe or a device cannot be
             raise EmbedError(f"input {source} is not a regular file (a pipe or a device); give a file, or - to read "
                              "standard input.")
+    if output.is_dir():  # first: `.` and `/` have no name to check below
+        raise EmbedError(f"OUTPUT {output} is a folder; give a file path such as {output / 'vectors.hdf5'}.")
     if output.parent.exists() and not output.parent.is_dir():
         raise EmbedError(f"OUTPUT {output} lies under {output.parent}, which is a file; give a path in a folder.")
     if not output.parent.is_dir():
@@ -1084,8 +1086,6 @@ def check_paths(
             f"OUTPUT's name is too long: {os.fsdecode(longest)}, written beside it, would be {len(longest)} bytes, "
             f"more than the {name_max} that {output.parent} takes; give a shorter name."
         )
-    if output.is_dir():
-        raise EmbedError(f"OUTPUT {output} is a folder; give a file path such as {output / 'vectors.hdf5'}.")
     check_output_file(output, [path for path in (source, model_folder) if path is not None], EmbedError)
     if not os.access(output.parent, os.W_OK | os.X_OK):
         raise EmbedError(f"OUTPUT's folder {output.parent} is not writable; give an OUTPUT in a folder you can write.")
