@@ -150,8 +150,9 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(
 
 
 def test_json_output_never_replaces_an_input_nor_a_special_file(pretraining_folder, tmp_path, capsys):
-    """--json may not be the text, a file of the model folder (its vocab.txt, say) or a pipe: writing the result
-    (atomically, a new file renamed over the path) would replace it. Each is refused and left as it was."""
+    """--json may not be the text, a file of the model folder (its vocab.txt, say), a pipe or a folder (`/` too):
+    writing the result (atomically, a new file renamed over the path) would replace it. Each is refused and left as it
+    was."""
     text = tmp_path / "test.txt"
     text.write_text("the cat sat\n", encoding="utf-8")
     pipe, hard_link = tmp_path / "pipe", tmp_path / "hard link"
@@ -163,6 +164,8 @@ def test_json_output_never_replaces_an_input_nor_a_special_file(pretraining_fold
         (hard_link, "is the input"),
         (pretraining_folder / "vocab.txt", "is a file of"),
         (pipe, "is not a regular file"),
+        (tmp_path, "cannot be written: give a file path in a folder"),
+        (Path("/"), "--json / cannot be written: give a file path in a folder"),
     ):
         assert perplexity("--model", pretraining_folder, "--text", text, "--json", output) == 2
         err = capsys.readouterr().err
