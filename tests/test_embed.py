@@ -373,6 +373,12 @@ def test_overwrite_never_replaces_a_model_file_nor_a_special_file(model_dir, tmp
         assert err.startswith("error: ") and len(err.splitlines()) == 1 and message in err, err
     assert main(["merge-shards", str(folder), "--overwrite"]) == 2
     assert "is a folder" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    for output in (".", "/"):  # a shard is named after OUTPUT, which these have no name for
+        assert embed(source, output, "--model", model, "--overwrite") == 2
+        example = Path(output) / "vectors.hdf5"
+        assert capsys.readouterr().err == f"error: OUTPUT {output} is a folder; give a file path such as {example}.\n"
     assert (model / "model.safetensors").read_bytes() == weights and pipe.is_fifo() and folder.is_dir()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["folder", "in.txt", "model", "pipe"]
 

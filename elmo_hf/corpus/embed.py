@@ -132,11 +132,14 @@ class EmbedSummary:
 
 
 def shard_path(output: Path, rank: int, world_size: int) -> Path:
-    return output.with_name(f"{output.name}.shard-{rank}-of-{world_size}")
+    """The shard of `output` that process `rank` of `world_size` writes, beside it (`with_name` would raise for a
+    path without a name, `.` or `/`, which `check_paths` refuses by name)."""
+    return output.parent / f"{output.name}.shard-{rank}-of-{world_size}"
 
 
 def partial_folder(target: Path) -> Path:
-    return target.with_name(target.name + PARTIAL_SUFFIX)
+    """The folder of `target`'s parts while it is written, beside it (any path, as `shard_path`)."""
+    return target.parent / (target.name + PARTIAL_SUFFIX)
 
 
 def line_hash(text: str) -> str:
