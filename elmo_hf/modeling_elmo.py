@@ -39,10 +39,10 @@ import torch
 from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.modeling_utils import _add_variant
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput, SequenceClassifierOutput, TokenClassifierOutput
+from transformers.modeling_utils import _add_variant
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, logging
 from transformers.utils.generic import can_return_tuple
 
