@@ -112,11 +112,9 @@ def corpus_perplexity(
         raise PreTrainingError(f"--errors {errors!r}: must be one of {', '.join(DECODING_ERRORS)}.")
     json_output = None if json_output is None else through_link(Path(json_output))
     if json_output is not None:
-        # The nearest folder that exists, where the file's folders would be made; none for a folder (`/` has no
-        # parents).
-        parents = [] if json_output.is_dir() else json_output.absolute().parents
-        existing = next((folder for folder in parents if folder.exists()), None)
-        if existing is None or not existing.is_dir():
+        # The nearest folder that exists, where the file's folders would be made (none above `/`).
+        existing = next((folder for folder in json_output.absolute().parents if folder.exists()), None)
+        if json_output.is_dir() or existing is None or not existing.is_dir():
             raise PreTrainingError(f"--json {json_output} cannot be written: give a file path in a folder.")
         if not os.access(existing, os.W_OK | os.X_OK):
             raise PreTrainingError(f"--json {json_output} cannot be written: {existing} is not writable.")
