@@ -33,13 +33,17 @@ reordering (2-3 ms against 15-70 ms for the original architecture's 32 MiB hidde
 """
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import json
 import math
 import os
 import platform
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -119,8 +123,174 @@ def row_bucket(rows: int) -> int:
 
 
 # The kernels of a recurrent product: oneDNN on the plain weight, on the reordered weight, and (for single rows) on
-# the reordered weight without repeating the row.
+# the reordered weight without repeating the row, and `BlockedSingleRow` on the weight in column blocks.
 PLAIN, REORDERED, REORDERED_SINGLE_ROW = "plain", "reordered", "reordered single row"
+BLOCKED_SINGLE_ROW = "blocked single row"
+# The layouts of the copies `ReorderedWeights` keeps, and the copy each kernel reads (None: the weight itself).
+ONEDNN_LAYOUT, BLOCKED_LAYOUT = "onednn", "blocked"
+KERNEL_LAYOUTS = {PLAIN: None, REORDERED: ONEDNN_LAYOUT, REORDERED_SINGLE_ROW: ONEDNN_LAYOUT, BLOCKED_SINGLE_ROW: BLOCKED_LAYOUT}
+
+
+class BlockedSingleRow:
+    """The product of one row with a weight, `(1, in_features)` -> `(1, out_features)` plus an addend, written in C
+    for AVX2 and FMA, reading the weight in column blocks of 8 (`blocked_weight`): a stream of contiguous memory.
+
+    At batch 1 the recurrence is bound by memory: each step reads every recurrent weight once (160 MiB for the
+    original architecture, five times the L3 of a 2-vCPU EPYC Zen 3), and oneDNN's single-row kernels read it at
+    7-9 GB/s with one thread there, where this loop reads 14-17 GB/s. It computes what oneDNN computes for two rows or
+    more (`recurrent_product`): each output a chain of fused multiply-adds over the inputs in order, from zero, in
+    blocks of `k_block` inputs whose sums are added in order, then the addend (oneDNN splits 4096 inputs into blocks
+    of 1024 on that CPU, and 512 not at all). `ReorderTimings` takes it only where a `k_block` gives oneDNN's bits
+    exactly on random values, with and without the addend, on the CPU at hand; it runs on one thread (the two
+    directions of a layer at once run one each, `DirectionsAtOnce`).
+
+    Available on x86-64 Linux CPUs with AVX2 and FMA where a C compiler (`$CC`, else `cc`) builds `SOURCE`; the
+    library is kept under `$ELMO_HF_CACHE` (as `KnownThreadBits`' file), named after the source's hash, built once
+    per machine (a fraction of a second), in a temporary folder where the cache is off or not writable. Elsewhere
+    the other kernels run, with the same bits.
+    """
+
+    SOURCE = r"""
+#include <immintrin.h>
+
+/* out[n] = sum over blocks of k_block inputs (each block's products summed in order by fused multiply-adds from
+   zero, the blocks' sums added in order) + add[n] (if add is not NULL), for n < out_features; weight is laid out
+   [out_features / 8][in_features][8]. Four blocks of 8 outputs at a time: four independent chains of FMAs. */
+static inline __attribute__((always_inline)) void columns(const float *inputs, const float *weight,
+                                                          const float *add, float *out, long in_features,
+                                                          long k_block, const int count)
+{
+    __m256 total[4], sum[4];
+    for (long start = 0; start < in_features; start += k_block) {
+        long end = start + k_block < in_features ? start + k_block : in_features;
+        for (int j = 0; j < count; j++)
+            sum[j] = _mm256_setzero_ps();
+        for (long k = start; k < end; k++) {
+            __m256 x = _mm256_broadcast_ss(inputs + k);
+            for (int j = 0; j < count; j++)
+                sum[j] = _mm256_fmadd_ps(x, _mm256_loadu_ps(weight + (j * in_features + k) * 8), sum[j]);
+        }
+        for (int j = 0; j < count; j++)
+            total[j] = start == 0 ? sum[j] : _mm256_add_ps(total[j], sum[j]);
+    }
+    for (int j = 0; j < count; j++) {
+        __m256 result = add ? _mm256_add_ps(total[j], _mm256_loadu_ps(add + j * 8)) : total[j];
+        _mm256_storeu_ps(out + j * 8, result);
+    }
+}
+
+void single_row_product(const float *inputs, const float *weight, const float *add, float *out,
+                        long out_features, long in_features, long k_block)
+{
+    for (long first = 0; first < out_features; first += 32) {
+        const float *block = weight + first * in_features;
+        const float *block_add = add ? add + first : 0;
+        switch ((out_features - first) / 8) {
+        case 1: columns(inputs, block, block_add, out + first, in_features, k_block, 1); break;
+        case 2: columns(inputs, block, block_add, out + first, in_features, k_block, 2); break;
+        case 3: columns(inputs, block, block_add, out + first, in_features, k_block, 3); break;
+        default: columns(inputs, block, block_add, out + first, in_features, k_block, 4);
+        }
+    }
+}
+"""
+    FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-shared", "-fPIC")
+    # Input blocks tried, beside all inputs at once, for oneDNN's split of the sums.
+    K_BLOCKS = (4096, 2048, 1024, 512, 256, 128, 64)
+
+    @classmethod
+    @functools.cache
+    def function(cls) -> Callable[..., None] | None:
+        """The compiled `single_row_product`, or None where this machine cannot run or build it."""
+        capabilities = torch.cpu.get_capabilities()
+        if not (
+            sys.platform.startswith("linux")
+            and platform.machine() in ("x86_64", "AMD64")
+            and capabilities.get("avx2", False)
+            and capabilities.get("fma3", False)
+        ):
+            return None
+        compiler = shutil.which(os.environ.get("CC") or "cc")
+        if compiler is None:
+            return None
+        name = hashlib.sha256(json.dumps([cls.SOURCE, cls.FLAGS, compiler]).encode()).hexdigest()[:16]
+        directory = os.environ.get("ELMO_HF_CACHE", os.path.join(constants.HF_HOME, "elmo_hf"))
+        library = None
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            if directory:
+                library = Path(directory) / f"single-row-{name}.so"
+                if not library.exists():
+                    library.parent.mkdir(parents=True, exist_ok=True)
+                    cls._build(compiler, library)
+        if library is None or not library.exists():
+            with tempfile.TemporaryDirectory(prefix="elmo-hf-") as folder:
+                library = Path(folder) / "single-row.so"
+                with contextlib.suppress(OSError, subprocess.SubprocessError):
+                    cls._build(compiler, library)
+                return cls._load(library)
+        return cls._load(library)
+
+    @classmethod
+    def _build(cls, compiler: str, library: Path) -> None:
+        """Compiles `SOURCE` into `library`, atomically: into a temporary file beside it, renamed."""
+        temporary = library.with_name(f"{library.name}.{os.getpid()}.tmp")
+        try:
+            subprocess.run(
+                [compiler, *cls.FLAGS, "-x", "c", "-", "-o", str(temporary)],
+                input=cls.SOURCE.encode(), capture_output=True, check=True, timeout=120,
+            )  # fmt: skip
+            os.replace(temporary, library)
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    @staticmethod
+    def _load(library: Path) -> Callable[..., None] | None:
+        """`single_row_product` of `library` (it stays mapped if the file goes), or None where it does not load."""
+        try:
+            function = ctypes.CDLL(str(library)).single_row_product
+        except OSError:
+            return None
+        function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3
+        function.restype = None
+        return function
+
+    @classmethod
+    def product(
+        cls, inputs: torch.Tensor, blocked: torch.Tensor, add: torch.Tensor | None, k_block: int
+    ) -> torch.Tensor:
+        """`inputs @ weight.T + add` for float32 `inputs` `(1, in_features)` and `add` `(1, out_features)`, with
+        `blocked` the weight's `blocked_weight`; the caller has checked `function()`."""
+        inputs = inputs.contiguous()
+        add = None if add is None else add.contiguous()
+        out_features, in_features = blocked.shape[0] * 8, blocked.shape[1]
+        out = inputs.new_empty(1, out_features)
+        cls.function()(
+            inputs.data_ptr(), blocked.data_ptr(), None if add is None else add.data_ptr(), out.data_ptr(),
+            out_features, in_features, k_block,
+        )  # fmt: skip
+        return out
+
+    @classmethod
+    def k_block(
+        cls, blocked: torch.Tensor, inputs: torch.Tensor, adds: tuple[torch.Tensor | None, ...],
+        expected: list[torch.Tensor],
+    ) -> int | None:
+        """The block of inputs with which `product` gives the `expected` bits for `inputs` and each of `adds`, or None
+        where none does (or the kernel is unavailable)."""
+        if cls.function() is None:
+            return None
+        in_features = blocked.shape[1]
+        for k_block in (in_features, *(size for size in cls.K_BLOCKS if size < in_features)):
+            if all(torch.equal(cls.product(inputs, blocked, add, k_block), result) for add, result in zip(adds, expected)):
+                return k_block
+        return None
+
+
+def blocked_weight(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` `(out_features, in_features)` in column blocks of 8 for `BlockedSingleRow`: `(out_features / 8,
+    in_features, 8)`, the block of outputs `8b..8b+7` holding, for each input, their 8 weights side by side."""
+    out_features, in_features = weight.shape
+    return weight.detach().reshape(out_features // 8, 8, in_features).transpose(1, 2).contiguous()
 
 
 class ReorderTimings:
@@ -151,6 +321,8 @@ class ReorderTimings:
     reorders: dict[tuple, float] = {}
     # {(out_features, in_features, dtype): [calls with a reordered copy, calls without]}
     decisions: dict[tuple, list[int]] = {}
+    # {(out_features, in_features, dtype): the `k_block` with which `BlockedSingleRow` gives oneDNN's bits}
+    k_blocks: dict[tuple, int] = {}
 
     @classmethod
     def product(cls, weight: torch.Tensor, rows: int) -> dict[str, float]:
@@ -200,8 +372,8 @@ class ReorderTimings:
             cls.comparisons[key] = min(_seconds(lambda: same_bytes(weight, snapshot)) for _ in range(3))
         return cls.comparisons[key]
 
-    @staticmethod
-    def _measure(weight: torch.Tensor, reordered: torch.Tensor, rows: int) -> dict[str, float]:
+    @classmethod
+    def _measure(cls, weight: torch.Tensor, reordered: torch.Tensor, rows: int) -> dict[str, float]:
         """Seconds per product of `rows` rows of each kernel giving the bits of `weight`'s plain product, with
         `reordered` its reordered copy."""
         generator = torch.Generator().manual_seed(0)
@@ -214,6 +386,14 @@ class ReorderTimings:
         if rows == 1:
             candidates[REORDERED_SINGLE_ROW] = lambda addend=add: onednn_linear(inputs, reordered, None, addend)
         expected = [candidates[PLAIN](addend) for addend in (None, add)]
+        if rows == 1 and torch.get_num_threads() == 1 and weight.dtype == torch.float32 and weight.shape[0] % 8 == 0:
+            blocked = blocked_weight(weight)
+            k_block = BlockedSingleRow.k_block(blocked, inputs, (None, add), expected)
+            if k_block is not None:
+                cls.k_blocks[(*weight.shape, weight.dtype)] = k_block
+                candidates[BLOCKED_SINGLE_ROW] = lambda addend=add: BlockedSingleRow.product(
+                    inputs, blocked, addend, k_block
+                )
         candidates = {
             kernel: run
             for kernel, run in candidates.items()
@@ -258,38 +438,55 @@ def _seconds(run: Callable[[], object], repeats: int = 1) -> float:
 
 
 class ReorderedWeights:
-    """Recurrent weights reordered into oneDNN's blocked layout, kept across calls, each beside a snapshot of the
-    weight it was made from.
+    """Recurrent weights copied into the layouts of faster kernels (oneDNN's blocked layout, `ONEDNN_LAYOUT`, and the
+    column blocks of `BlockedSingleRow`, `BLOCKED_LAYOUT`), kept across calls, beside a snapshot of the weight they
+    were made from.
 
     A kept copy is used only after the weight's bytes are found equal to its snapshot (`same_bytes`, at every cell's
     call that uses it), so it never serves stale values, whatever changed the weight: optimizer steps (fused ones
     included), `.data` edits, `load_state_dict`, `.to()`, swapped tensors. Copies are keyed by the `nn.Linear` holding
     the weight, weakly, so they go with their model; they are made on first use where `RecurrentLinear` finds they
-    pay, or ahead of use by `build`, and freed by `clear`. Memory: twice the weights kept (snapshot and copy), which
-    for the hidden-to-gate and projection weights of all four cells is 320 MiB for the original architecture and 20
-    MiB for small, in float32 (`memory_bytes`).
+    pay, or ahead of use by `build`, and freed by `clear`. Memory: the weights kept, once for the snapshot and once
+    per layout in use; for the hidden-to-gate and projection weights of all four cells, 160 MiB each for the original
+    architecture and 10 MiB for small, in float32 (`memory_bytes`): 320 MiB where one layout is used (batch 1 with
+    one thread per direction takes only the column blocks), 480 where both are.
     """
 
-    _kept: "weakref.WeakKeyDictionary[nn.Module, tuple[torch.Tensor, torch.Tensor]]" = weakref.WeakKeyDictionary()
+    _kept: "weakref.WeakKeyDictionary[nn.Module, tuple[torch.Tensor, dict[str, torch.Tensor]]]" = (
+        weakref.WeakKeyDictionary()
+    )
 
     @classmethod
-    def get(cls, linear: nn.Module) -> torch.Tensor:
-        """`linear.weight` in oneDNN's layout: the kept copy if the weight still equals its snapshot, else a new copy
-        (kept in its place)."""
+    def get(cls, linear: nn.Module, layout: str = ONEDNN_LAYOUT) -> torch.Tensor:
+        """`linear.weight` in `layout`: the kept copy if the weight still equals its snapshot, else a new copy."""
+        return cls.copies(linear, [layout])[layout]
+
+    @classmethod
+    def copies(cls, linear: nn.Module, layouts: Iterable[str]) -> dict[str, torch.Tensor]:
+        """`linear.weight` in each of `layouts`, the weight compared with its snapshot once: the kept copies if it
+        still equals it, new ones otherwise (kept in their place, the stale ones dropped)."""
+        layouts = list(layouts)
+        if not layouts:
+            return {}
         kept = cls._kept.get(linear)
         if kept is None or not same_bytes(linear.weight, kept[0]):
-            start = time.perf_counter()
-            kept = (linear.weight.detach().clone(), reorder_weight(linear.weight))
-            ReorderTimings.reorders[(*linear.weight.shape, linear.weight.dtype, torch.get_num_threads())] = (
-                time.perf_counter() - start
-            )
+            kept = (linear.weight.detach().clone(), {})
             cls._kept[linear] = kept
-        return kept[1]
+        for layout in layouts:
+            if layout not in kept[1]:
+                start = time.perf_counter()
+                if layout == ONEDNN_LAYOUT:
+                    kept[1][layout] = reorder_weight(linear.weight)
+                    key = (*linear.weight.shape, linear.weight.dtype, torch.get_num_threads())
+                    ReorderTimings.reorders[key] = time.perf_counter() - start
+                else:
+                    kept[1][layout] = blocked_weight(linear.weight)
+        return {layout: kept[1][layout] for layout in layouts}
 
     @classmethod
     def build(cls, model: nn.Module) -> None:
-        """Reorder the recurrent weights of every LSTM cell of `model` now (the hidden-to-gate and projection
-        weights), so that the first call does not pay for it."""
+        """Reorder the recurrent weights of every LSTM cell of `model` into oneDNN's layout now (the hidden-to-gate
+        and projection weights), so that the first call does not pay for it."""
         with torch.no_grad():
             for linear in recurrent_linears(model):
                 cls.get(linear)
@@ -305,8 +502,8 @@ class ReorderedWeights:
         """Bytes held by the kept copies and their snapshots (a copy counted as large as its weight), of `model`'s
         weights (of every model when `None`)."""
         linears = recurrent_linears(model) if model is not None else list(cls._kept)
-        linears = [linear for linear in linears if linear in cls._kept]
-        return sum(2 * cls._kept[linear][0].nbytes for linear in linears)
+        kept = [cls._kept[linear] for linear in linears if linear in cls._kept]
+        return sum((1 + len(copies)) * snapshot.nbytes for snapshot, copies in kept)
 
 
 def recurrent_linears(model: nn.Module) -> list[nn.Module]:
@@ -358,30 +555,35 @@ class RecurrentLinear:
     """The products of a recurrent layer's weight (no bias) over one call of `lstm_with_projection`, whose steps
     make products of `row_counts` rows: `(rows, in_features)` -> `(rows, out_features)`, plus the step's addend.
 
-    Takes the reordered copy of `ReorderedWeights` when the timings say the steps of this call save more than
-    checking the copy costs (a copy made now pays off over the calls that follow), and for each row count the
-    reordered weight unless a kernel giving the same bits measured clearly faster (`ReorderTimings.kernel`), chosen
-    once per call.
+    Takes the copies of `ReorderedWeights` when the timings say the steps of this call save more than checking them
+    costs (a copy made now pays off over the calls that follow): for each row count the reordered weight unless a
+    kernel giving the same bits measured clearly faster (`ReorderTimings.kernel`), chosen once per call, with the
+    copy that kernel reads.
     """
 
     def __init__(self, linear: nn.Module, row_counts: list[int]):
-        weight, reordered = linear.weight, None
+        weight = self.weight = linear.weight
         products = Counter(row_counts)
         ReorderTimings.measure(weight, products)
         saved = sum(count * ReorderTimings.saving(weight, rows) for rows, count in products.items())
-        if saved > ReorderTimings.comparison_seconds(weight):
-            reordered = ReorderedWeights.get(linear)
-        ReorderTimings.decisions.setdefault((*weight.shape, weight.dtype), [0, 0])[reordered is None] += 1
-        self.kernels: dict[int, tuple[str, torch.Tensor]] = dict.fromkeys(products, (PLAIN, weight))
-        if reordered is not None:
-            for rows in products:
-                kernel = ReorderTimings.kernel(weight, rows)
-                self.kernels[rows] = (kernel, weight if kernel == PLAIN else reordered)
+        pays = saved > ReorderTimings.comparison_seconds(weight)
+        ReorderTimings.decisions.setdefault((*weight.shape, weight.dtype), [0, 0])[not pays] += 1
+        chosen = {rows: ReorderTimings.kernel(weight, rows) if pays else PLAIN for rows in products}
+        copies = ReorderedWeights.copies(linear, {KERNEL_LAYOUTS[kernel] for kernel in chosen.values()} - {None})
+        self.kernels: dict[int, tuple[str, torch.Tensor]] = {
+            rows: (kernel, copies.get(KERNEL_LAYOUTS[kernel], weight)) for rows, kernel in chosen.items()
+        }
+        self.k_block = ReorderTimings.k_blocks.get((*weight.shape, weight.dtype))
 
     def __call__(self, inputs: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
         kernel, weight = self.kernels[inputs.shape[0]]
         if kernel == REORDERED_SINGLE_ROW:
             return onednn_linear(inputs, weight, None, add)
+        if kernel == BLOCKED_SINGLE_ROW:
+            # Measured against one thread's bits: a step that `StepThreads` runs with more takes their bits.
+            if torch.get_num_threads() == 1:
+                return BlockedSingleRow.product(inputs, weight, add, self.k_block)
+            return recurrent_product(inputs, self.weight, add)
         return recurrent_product(inputs, weight, add)
 
 

@@ -3,8 +3,11 @@ never serving stale weights, bounded on long inputs."""
 
 import gc
 import json
+import math
 import multiprocessing
 import os
+import platform
+import shutil
 import subprocess
 import sys
 import threading
@@ -20,9 +23,11 @@ from torch import nn
 
 from elmo_hf import ElmoConfig, ElmoModel, cpu_kernels
 from elmo_hf.cpu_kernels import (
+    BLOCKED_SINGLE_ROW,
     PLAIN,
     REORDERED,
     REORDERED_SINGLE_ROW,
+    BlockedSingleRow,
     CpuLinear,
     RecurrentLinear,
     ReorderedWeights,
@@ -366,6 +371,148 @@ def test_every_recurrent_kernel_gives_the_same_bits(shape):
             # and a row's bits do not depend on the rows beside it (what computing alike rows once relies on)
             last = slice(rows - 1, rows)
             assert torch.equal(cpu_kernels.recurrent_product(inputs[last], weight, add[last]), expected[last])
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def blocked_kernel_runs_here() -> bool:
+    """Whether this machine has what `BlockedSingleRow` needs: x86-64 Linux, AVX2 and FMA, a C compiler."""
+    capabilities = torch.cpu.get_capabilities()
+    return (
+        sys.platform.startswith("linux")
+        and platform.machine() in ("x86_64", "AMD64")
+        and capabilities.get("avx2", False)
+        and capabilities.get("fma3", False)
+        and shutil.which(os.environ.get("CC") or "cc") is not None
+    )
+
+
+def test_the_blocked_kernel_is_built_where_the_cpu_and_a_compiler_allow():
+    """Capability first: `BlockedSingleRow` runs on x86-64 Linux with AVX2 and FMA where a C compiler builds it (as
+    on the machines CI runs on), and nowhere else."""
+    assert (BlockedSingleRow.function() is not None) == blocked_kernel_runs_here()
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (40, 24), (64, 8), (4 * 1024, 128), (128, 1024), (512, 4096), (16, 3000)])
+def test_the_blocked_single_row_kernel_gives_onednns_bits(one_thread, shape):
+    """The contract of the kernel written for single rows: where `ReorderTimings` offers it (one thread, float32, a
+    multiple of 8 outputs), its product with the input block it found gives bitwise oneDNN's product of two rows on
+    the plain weight, for other inputs than those it was found on, with and without the addend; 512 and 4096 inputs
+    (the original architecture's) split their sums as oneDNN does on this CPU."""
+    torch.manual_seed(1)
+    weight = torch.randn(*shape)
+    with torch.inference_mode():
+        kernels = ReorderTimings.product(weight, 1)
+        if BlockedSingleRow.function() is None:
+            assert BLOCKED_SINGLE_ROW not in kernels
+            return
+        if shape[1] in (512, 4096):  # found by the search on the CPUs measured: blocks of oneDNN's split
+            assert BLOCKED_SINGLE_ROW in kernels
+        if BLOCKED_SINGLE_ROW not in kernels:
+            return
+        k_block = ReorderTimings.k_blocks[(*shape, torch.float32)]
+        blocked = cpu_kernels.blocked_weight(weight)
+        for _ in range(3):
+            inputs, add = torch.randn(1, shape[1]), torch.randn(1, shape[0])
+            for addend in (None, add):
+                expected = cpu_kernels.recurrent_product(inputs, weight, addend)
+                assert torch.equal(BlockedSingleRow.product(inputs, blocked, addend, k_block), expected)
+
+
+def test_the_blocked_kernel_is_found_or_refused_by_its_bits(one_thread, monkeypatch):
+    """The search takes no input block whose bits differ: a product that misses by one ulp is refused."""
+    weight = torch.randn(64, 32)
+    blocked = cpu_kernels.blocked_weight(weight)
+    inputs, add = torch.randn(1, 32), torch.randn(1, 64)
+    expected = [cpu_kernels.recurrent_product(inputs, weight, addend) for addend in (None, add)]
+    if BlockedSingleRow.function() is None:
+        assert BlockedSingleRow.k_block(blocked, inputs, (None, add), expected) is None
+        return
+    assert BlockedSingleRow.k_block(blocked, inputs, (None, add), expected) == 32
+    expected[1] = expected[1].clone()
+    expected[1][0, 5] = torch.nextafter(expected[1][0, 5], torch.tensor(math.inf))
+    assert BlockedSingleRow.k_block(blocked, inputs, (None, add), expected) is None
+
+
+def test_the_blocked_kernel_builds_once_without_a_cache_and_not_without_a_compiler(monkeypatch, tmp_path):
+    """The library is built into `$ELMO_HF_CACHE` once and loaded from it later, into a temporary folder where the
+    cache is off; without a compiler there is no kernel (the others run)."""
+    function = BlockedSingleRow.function.__func__
+    try:
+        for cache in (str(tmp_path), ""):
+            monkeypatch.setenv("ELMO_HF_CACHE", cache)
+            function.cache_clear()
+            loaded = BlockedSingleRow.function()
+            if not blocked_kernel_runs_here():
+                assert loaded is None
+                continue
+            assert loaded is not None
+        if blocked_kernel_runs_here():
+            assert len(list(tmp_path.glob("single-row-*.so"))) == 1 and not list(tmp_path.glob("*.tmp"))
+        monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+        function.cache_clear()
+        assert BlockedSingleRow.function() is None
+        monkeypatch.setenv("CC", "false")  # a compiler that fails
+        monkeypatch.setenv("ELMO_HF_CACHE", str(tmp_path / "other"))
+        function.cache_clear()
+        assert BlockedSingleRow.function() is None
+        assert not list((tmp_path / "other").glob("*"))
+    finally:
+        monkeypatch.undo()
+        function.cache_clear()
+
+
+def test_a_model_at_batch_1_on_one_thread_takes_the_blocked_kernel_with_the_same_bits(tokenizer, one_thread, monkeypatch):
+    """A model at batch 1 with one thread multiplies its recurrent weights with `BlockedSingleRow` (where the CPU
+    runs it), and its layers are bitwise those of the same model without it."""
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config(lstm_dim=32, projection_dim=16)).eval()
+    inputs = encode(tokenizer, [["Birds", "fly", "south", "in", "winter", "."]])
+    calls = []
+    product = BlockedSingleRow.product
+    monkeypatch.setattr(BlockedSingleRow, "product", lambda *args: calls.append(1) or product(*args))
+    monkeypatch.setattr(ReorderTimings, "saving", classmethod(lambda cls, weight, rows: 1.0))
+    with torch.inference_mode():
+        blocked = model(**inputs, output_hidden_states=True).hidden_states
+        assert bool(calls) == (BlockedSingleRow.function() is not None)
+        kernel = ReorderTimings.kernel
+        monkeypatch.setattr(
+            ReorderTimings, "kernel",
+            classmethod(lambda cls, *args: REORDERED if kernel(*args) == BLOCKED_SINGLE_ROW else kernel(*args)),
+        )  # fmt: skip
+        calls.clear()
+        without = model(**inputs, output_hidden_states=True).hidden_states
+        assert not calls
+    for actual, expected in zip(blocked, without, strict=True):
+        assert torch.equal(actual, expected)
+    ReorderedWeights.clear(model)
+
+
+def test_a_blocked_copy_is_never_stale(one_thread, monkeypatch):
+    """The blocked copy follows its weight as the reordered one does: after a `.data` edit the next call's product is
+    that of the edited weight."""
+    linear = nn.Linear(32, 64, bias=False)
+    key = (64, 32, torch.float32, 1)
+    monkeypatch.setitem(ReorderTimings.products, (*key, 1), {PLAIN: 2.0, REORDERED: 1.0, BLOCKED_SINGLE_ROW: 0.1})
+    monkeypatch.setitem(ReorderTimings.comparisons, key, 0.0)
+    monkeypatch.setitem(ReorderTimings.k_blocks, (64, 32, torch.float32), 32)
+    inputs, add = torch.randn(1, 32), torch.randn(1, 64)
+    with torch.inference_mode():
+        for _ in range(2):
+            recurrent = RecurrentLinear(linear, row_counts=[1] * 10)
+            assert recurrent.kernels[1][0] == BLOCKED_SINGLE_ROW
+            expected = cpu_kernels.recurrent_product(inputs, linear.weight, add)
+            if BlockedSingleRow.function() is not None:
+                assert torch.equal(recurrent(inputs, add), expected)
+            linear.weight.data.normal_()
+        assert ReorderedWeights.memory_bytes() >= 2 * linear.weight.nbytes
+    ReorderedWeights.clear()
 
 
 def test_a_first_step_of_alike_rows_is_computed_once_with_each_rows_bits(monkeypatch):

@@ -23,8 +23,10 @@ def kept_copies(monkeypatch):
     checks that a kept copy never goes stale."""
     monkeypatch.setattr(ReorderTimings, "saving", classmethod(lambda cls, weight, rows: 1.0))
     calls = []
-    get = ReorderedWeights.get
-    monkeypatch.setattr(ReorderedWeights, "get", classmethod(lambda cls, linear: calls.append(linear) or get(linear)))
+    copies = ReorderedWeights.copies
+    monkeypatch.setattr(
+        ReorderedWeights, "copies", classmethod(lambda cls, *args: calls.append(args) or copies(*args))
+    )
     yield
     assert calls
 
