@@ -128,7 +128,9 @@ PLAIN, REORDERED, REORDERED_SINGLE_ROW = "plain", "reordered", "reordered single
 BLOCKED_SINGLE_ROW = "blocked single row"
 # The layouts of the copies `ReorderedWeights` keeps, and the copy each kernel reads (None: the weight itself).
 ONEDNN_LAYOUT, BLOCKED_LAYOUT = "onednn", "blocked"
-KERNEL_LAYOUTS = {PLAIN: None, REORDERED: ONEDNN_LAYOUT, REORDERED_SINGLE_ROW: ONEDNN_LAYOUT, BLOCKED_SINGLE_ROW: BLOCKED_LAYOUT}
+KERNEL_LAYOUTS = {
+    PLAIN: None, REORDERED: ONEDNN_LAYOUT, REORDERED_SINGLE_ROW: ONEDNN_LAYOUT, BLOCKED_SINGLE_ROW: BLOCKED_LAYOUT
+}
 
 
 class BlockedSingleRow:
@@ -141,8 +143,10 @@ class BlockedSingleRow:
     more (`recurrent_product`): each output a chain of fused multiply-adds over the inputs in order, from zero, in
     blocks of `k_block` inputs whose sums are added in order, then the addend (oneDNN splits 4096 inputs into blocks
     of 1024 on that CPU, and 512 not at all). `ReorderTimings` takes it only where a `k_block` gives oneDNN's bits
-    exactly on random values, with and without the addend, on the CPU at hand; it runs on one thread (the two
-    directions of a layer at once run one each, `DirectionsAtOnce`).
+    exactly on random values, with and without the addend, on the CPU at hand, with torch's thread count and with one
+    thread. It splits the outputs over torch's thread count, threads started per call (each output computed by one
+    thread, the same way on any count); the two directions of a layer at once run one thread each
+    (`DirectionsAtOnce`).
 
     Available on x86-64 Linux CPUs with AVX2 and FMA where a C compiler (`$CC`, else `cc`) builds `SOURCE`; the
     library is kept under `$ELMO_HF_CACHE` (as `KnownThreadBits`' file), named after the source's hash, built once
@@ -152,6 +156,7 @@ class BlockedSingleRow:
 
     SOURCE = r"""
 #include <immintrin.h>
+#include <pthread.h>
 
 /* out[n] = sum over blocks of k_block inputs (each block's products summed in order by fused multiply-adds from
    zero, the blocks' sums added in order) + add[n] (if add is not NULL), for n < out_features; weight is laid out
@@ -179,24 +184,61 @@ static inline __attribute__((always_inline)) void columns(const float *inputs, c
     }
 }
 
-void single_row_product(const float *inputs, const float *weight, const float *add, float *out,
-                        long out_features, long in_features, long k_block)
+struct slice {
+    const float *inputs, *weight, *add;
+    float *out;
+    long first, last, in_features, k_block;
+};
+
+/* The outputs [first, last) of a slice, 32 at a time (8, 16 or 24 at its end). */
+static void *run_slice(void *argument)
 {
-    for (long first = 0; first < out_features; first += 32) {
-        const float *block = weight + first * in_features;
-        const float *block_add = add ? add + first : 0;
-        switch ((out_features - first) / 8) {
-        case 1: columns(inputs, block, block_add, out + first, in_features, k_block, 1); break;
-        case 2: columns(inputs, block, block_add, out + first, in_features, k_block, 2); break;
-        case 3: columns(inputs, block, block_add, out + first, in_features, k_block, 3); break;
-        default: columns(inputs, block, block_add, out + first, in_features, k_block, 4);
+    const struct slice *s = argument;
+    for (long first = s->first; first < s->last; first += 32) {
+        const float *block = s->weight + first * s->in_features;
+        const float *add = s->add ? s->add + first : 0;
+        float *out = s->out + first;
+        switch ((s->last - first) / 8) {
+        case 1: columns(s->inputs, block, add, out, s->in_features, s->k_block, 1); break;
+        case 2: columns(s->inputs, block, add, out, s->in_features, s->k_block, 2); break;
+        case 3: columns(s->inputs, block, add, out, s->in_features, s->k_block, 3); break;
+        default: columns(s->inputs, block, add, out, s->in_features, s->k_block, 4);
         }
+    }
+    return 0;
+}
+
+/* The outputs split into `threads` slices of whole groups of 32, the first computed by the calling thread, the
+   others by threads started for this call (where one cannot start, the caller computes its slice). */
+void single_row_product(const float *inputs, const float *weight, const float *add, float *out,
+                        long out_features, long in_features, long k_block, long threads)
+{
+    struct slice slices[64];
+    pthread_t ids[64];
+    int started[64] = {0};
+    long groups = (out_features + 31) / 32;
+    threads = threads < 1 ? 1 : threads > 64 ? 64 : threads > groups ? groups : threads;
+    for (long t = 0; t < threads; t++) {
+        long first = groups * t / threads * 32, last = groups * (t + 1) / threads * 32;
+        struct slice s = {inputs, weight, add, out, first, last < out_features ? last : out_features,
+                          in_features, k_block};
+        slices[t] = s;
+    }
+    for (long t = 1; t < threads; t++)
+        started[t] = pthread_create(&ids[t], 0, run_slice, &slices[t]) == 0;
+    run_slice(&slices[0]);
+    for (long t = 1; t < threads; t++) {
+        if (started[t])
+            pthread_join(ids[t], 0);
+        else
+            run_slice(&slices[t]);
     }
 }
 """
-    FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-shared", "-fPIC")
+    FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-pthread", "-shared", "-fPIC")
     # Input blocks tried, beside all inputs at once, for oneDNN's split of the sums.
     K_BLOCKS = (4096, 2048, 1024, 512, 256, 128, 64)
+    _building = threading.Lock()
 
     @classmethod
     @functools.cache
@@ -215,20 +257,21 @@ void single_row_product(const float *inputs, const float *weight, const float *a
             return None
         name = hashlib.sha256(json.dumps([cls.SOURCE, cls.FLAGS, compiler]).encode()).hexdigest()[:16]
         directory = os.environ.get("ELMO_HF_CACHE", os.path.join(constants.HF_HOME, "elmo_hf"))
-        library = None
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
+        with cls._building:  # the two directions' threads ask at once on a first call
             if directory:
                 library = Path(directory) / f"single-row-{name}.so"
-                if not library.exists():
-                    library.parent.mkdir(parents=True, exist_ok=True)
-                    cls._build(compiler, library)
-        if library is None or not library.exists():
-            with tempfile.TemporaryDirectory(prefix="elmo-hf-") as folder:
+                with contextlib.suppress(OSError, subprocess.SubprocessError):
+                    if not library.exists():
+                        library.parent.mkdir(parents=True, exist_ok=True)
+                        cls._build(compiler, library)
+                function = cls._load(library)
+                if function is not None:
+                    return function
+            with tempfile.TemporaryDirectory(prefix="elmo-hf-") as folder:  # no cache, or none usable
                 library = Path(folder) / "single-row.so"
                 with contextlib.suppress(OSError, subprocess.SubprocessError):
                     cls._build(compiler, library)
                 return cls._load(library)
-        return cls._load(library)
 
     @classmethod
     def _build(cls, compiler: str, library: Path) -> None:
@@ -250,7 +293,7 @@ void single_row_product(const float *inputs, const float *weight, const float *a
             function = ctypes.CDLL(str(library)).single_row_product
         except OSError:
             return None
-        function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3
+        function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 4
         function.restype = None
         return function
 
@@ -259,29 +302,33 @@ void single_row_product(const float *inputs, const float *weight, const float *a
         cls, inputs: torch.Tensor, blocked: torch.Tensor, add: torch.Tensor | None, k_block: int
     ) -> torch.Tensor:
         """`inputs @ weight.T + add` for float32 `inputs` `(1, in_features)` and `add` `(1, out_features)`, with
-        `blocked` the weight's `blocked_weight`; the caller has checked `function()`."""
+        `blocked` the weight's `blocked_weight`, on torch's thread count (each output is computed by one thread, the
+        same way on any count); the caller has checked `function()`."""
         inputs = inputs.contiguous()
         add = None if add is None else add.contiguous()
         out_features, in_features = blocked.shape[0] * 8, blocked.shape[1]
         out = inputs.new_empty(1, out_features)
         cls.function()(
             inputs.data_ptr(), blocked.data_ptr(), None if add is None else add.data_ptr(), out.data_ptr(),
-            out_features, in_features, k_block,
+            out_features, in_features, k_block, torch.get_num_threads(),
         )  # fmt: skip
         return out
 
     @classmethod
     def k_block(
         cls, blocked: torch.Tensor, inputs: torch.Tensor, adds: tuple[torch.Tensor | None, ...],
-        expected: list[torch.Tensor],
+        expected_by_count: list[list[torch.Tensor]],
     ) -> int | None:
-        """The block of inputs with which `product` gives the `expected` bits for `inputs` and each of `adds`, or None
-        where none does (or the kernel is unavailable)."""
+        """The block of inputs with which `product` gives, for `inputs` and each of `adds`, the bits of each list of
+        `expected_by_count` (oneDNN's on one thread count or more), or None where none does (or the kernel is
+        unavailable)."""
         if cls.function() is None:
             return None
         in_features = blocked.shape[1]
         for k_block in (in_features, *(size for size in cls.K_BLOCKS if size < in_features)):
-            if all(torch.equal(cls.product(inputs, blocked, add, k_block), result) for add, result in zip(adds, expected)):
+            products = [cls.product(inputs, blocked, add, k_block) for add in adds]
+            pairs = [(product, result) for results in expected_by_count for product, result in zip(products, results)]
+            if all(torch.equal(product, result) for product, result in pairs):
                 return k_block
         return None
 
@@ -386,9 +433,16 @@ class ReorderTimings:
         if rows == 1:
             candidates[REORDERED_SINGLE_ROW] = lambda addend=add: onednn_linear(inputs, reordered, None, addend)
         expected = [candidates[PLAIN](addend) for addend in (None, add)]
-        if rows == 1 and torch.get_num_threads() == 1 and weight.dtype == torch.float32 and weight.shape[0] % 8 == 0:
-            blocked = blocked_weight(weight)
-            k_block = BlockedSingleRow.k_block(blocked, inputs, (None, add), expected)
+        if rows == 1 and weight.dtype == torch.float32 and weight.shape[0] % 8 == 0:
+            blocked, threads = blocked_weight(weight), torch.get_num_threads()
+            expected_by_count = [expected]
+            if threads > 1:  # one thread's bits too: steps that `StepThreads` runs with one thread keep the kernel
+                torch.set_num_threads(1)
+                try:
+                    expected_by_count.append([recurrent_product(inputs, weight, addend) for addend in (None, add)])
+                finally:
+                    torch.set_num_threads(threads)
+            k_block = BlockedSingleRow.k_block(blocked, inputs, (None, add), expected_by_count)
             if k_block is not None:
                 cls.k_blocks[(*weight.shape, weight.dtype)] = k_block
                 candidates[BLOCKED_SINGLE_ROW] = lambda addend=add: BlockedSingleRow.product(
@@ -574,14 +628,16 @@ class RecurrentLinear:
             rows: (kernel, copies.get(KERNEL_LAYOUTS[kernel], weight)) for rows, kernel in chosen.items()
         }
         self.k_block = ReorderTimings.k_blocks.get((*weight.shape, weight.dtype))
+        self.threads = torch.get_num_threads()
 
     def __call__(self, inputs: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
         kernel, weight = self.kernels[inputs.shape[0]]
         if kernel == REORDERED_SINGLE_ROW:
             return onednn_linear(inputs, weight, None, add)
         if kernel == BLOCKED_SINGLE_ROW:
-            # Measured against one thread's bits: a step that `StepThreads` runs with more takes their bits.
-            if torch.get_num_threads() == 1:
+            # Found to give the bits of the count it was chosen on and of one thread; a step that `StepThreads` runs
+            # with another count (more threads, where one thread's bits differ) takes oneDNN's.
+            if torch.get_num_threads() in (1, self.threads):
                 return BlockedSingleRow.product(inputs, weight, add, self.k_block)
             return recurrent_product(inputs, self.weight, add)
         return recurrent_product(inputs, weight, add)

@@ -381,6 +381,15 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(params=[1, 2, 3])
+def thread_count(request):
+    """torch's thread count for the test: one, two, three (the blocked kernel splits its outputs over them)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(threads)
+
+
 def blocked_kernel_runs_here() -> bool:
     """Whether this machine has what `BlockedSingleRow` needs: x86-64 Linux, AVX2 and FMA, a C compiler."""
     capabilities = torch.cpu.get_capabilities()
@@ -400,11 +409,11 @@ def test_the_blocked_kernel_is_built_where_the_cpu_and_a_compiler_allow():
 
 
 @pytest.mark.parametrize("shape", [(8, 8), (40, 24), (64, 8), (4 * 1024, 128), (128, 1024), (512, 4096), (16, 3000)])
-def test_the_blocked_single_row_kernel_gives_onednns_bits(one_thread, shape):
-    """The contract of the kernel written for single rows: where `ReorderTimings` offers it (one thread, float32, a
-    multiple of 8 outputs), its product with the input block it found gives bitwise oneDNN's product of two rows on
-    the plain weight, for other inputs than those it was found on, with and without the addend; 512 and 4096 inputs
-    (the original architecture's) split their sums as oneDNN does on this CPU."""
+def test_the_blocked_single_row_kernel_gives_onednns_bits(thread_count, shape):
+    """The contract of the kernel written for single rows: where `ReorderTimings` offers it (float32, a multiple of 8
+    outputs), its product with the input block it found gives bitwise oneDNN's product of two rows on the plain
+    weight, on any thread count, for other inputs than those it was found on, with and without the addend; 512 and
+    4096 inputs (the original architecture's) split their sums as oneDNN does on this CPU."""
     torch.manual_seed(1)
     weight = torch.randn(*shape)
     with torch.inference_mode():
@@ -426,23 +435,26 @@ def test_the_blocked_single_row_kernel_gives_onednns_bits(one_thread, shape):
 
 
 def test_the_blocked_kernel_is_found_or_refused_by_its_bits(one_thread, monkeypatch):
-    """The search takes no input block whose bits differ: a product that misses by one ulp is refused."""
+    """The search takes no input block whose bits differ: a product that misses by one ulp, on any of the thread
+    counts compared, is refused."""
     weight = torch.randn(64, 32)
     blocked = cpu_kernels.blocked_weight(weight)
     inputs, add = torch.randn(1, 32), torch.randn(1, 64)
     expected = [cpu_kernels.recurrent_product(inputs, weight, addend) for addend in (None, add)]
     if BlockedSingleRow.function() is None:
-        assert BlockedSingleRow.k_block(blocked, inputs, (None, add), expected) is None
+        assert BlockedSingleRow.k_block(blocked, inputs, (None, add), [expected]) is None
         return
-    assert BlockedSingleRow.k_block(blocked, inputs, (None, add), expected) == 32
-    expected[1] = expected[1].clone()
-    expected[1][0, 5] = torch.nextafter(expected[1][0, 5], torch.tensor(math.inf))
-    assert BlockedSingleRow.k_block(blocked, inputs, (None, add), expected) is None
+    assert BlockedSingleRow.k_block(blocked, inputs, (None, add), [expected]) == 32
+    other = [expected[0], expected[1].clone()]
+    other[1][0, 5] = torch.nextafter(other[1][0, 5], torch.tensor(math.inf))
+    assert BlockedSingleRow.k_block(blocked, inputs, (None, add), [other]) is None
+    # another thread count's bits, where they differ, refuse it too
+    assert BlockedSingleRow.k_block(blocked, inputs, (None, add), [expected, other]) is None
 
 
 def test_the_blocked_kernel_builds_once_without_a_cache_and_not_without_a_compiler(monkeypatch, tmp_path):
     """The library is built into `$ELMO_HF_CACHE` once and loaded from it later, into a temporary folder where the
-    cache is off; without a compiler there is no kernel (the others run)."""
+    cache is off or its library does not load; without a compiler there is no kernel (the others run)."""
     function = BlockedSingleRow.function.__func__
     try:
         for cache in (str(tmp_path), ""):
@@ -454,7 +466,14 @@ def test_the_blocked_kernel_builds_once_without_a_cache_and_not_without_a_compil
                 continue
             assert loaded is not None
         if blocked_kernel_runs_here():
-            assert len(list(tmp_path.glob("single-row-*.so"))) == 1 and not list(tmp_path.glob("*.tmp"))
+            [library] = tmp_path.glob("single-row-*.so")
+            assert not list(tmp_path.glob("*.tmp"))
+            damaged = tmp_path / "damaged"
+            damaged.write_bytes(b"not a library")
+            damaged.replace(library)  # a library that does not load (a new file: the loaded one stays mapped)
+            monkeypatch.setenv("ELMO_HF_CACHE", str(tmp_path))
+            function.cache_clear()
+            assert BlockedSingleRow.function() is not None
         monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
         function.cache_clear()
         assert BlockedSingleRow.function() is None
@@ -468,9 +487,9 @@ def test_the_blocked_kernel_builds_once_without_a_cache_and_not_without_a_compil
         function.cache_clear()
 
 
-def test_a_model_at_batch_1_on_one_thread_takes_the_blocked_kernel_with_the_same_bits(tokenizer, one_thread, monkeypatch):
-    """A model at batch 1 with one thread multiplies its recurrent weights with `BlockedSingleRow` (where the CPU
-    runs it), and its layers are bitwise those of the same model without it."""
+def test_a_model_at_batch_1_takes_the_blocked_kernel_with_the_same_bits(tokenizer, thread_count, monkeypatch):
+    """A model at batch 1 multiplies its recurrent weights with `BlockedSingleRow` (where the CPU runs it), and its
+    layers are bitwise those of the same model without it, on any thread count."""
     torch.manual_seed(0)
     model = ElmoModel(tiny_config(lstm_dim=32, projection_dim=16)).eval()
     inputs = encode(tokenizer, [["Birds", "fly", "south", "in", "winter", "."]])
