@@ -285,6 +285,7 @@ void single_row_product(const float *inputs, const float *weight, const float *a
             os.replace(temporary, library)
         finally:
             temporary.unlink(missing_ok=True)
+        remove_orphans(library.parent, "single-row-*.tmp")
 
     @staticmethod
     def _load(library: Path) -> Callable[..., None] | None:
@@ -1019,20 +1020,10 @@ class KnownThreadBits:
                 temporary = file.name
                 json.dump(known, file, indent=0, sort_keys=True)
             os.replace(temporary, path)
-            cls._remove_orphans(path.parent)
+            remove_orphans(path.parent, "thread-bits-*.tmp")
         except OSError:  # a read-only or full disk: the check stays in this process
             if temporary is not None:
                 Path(temporary).unlink(missing_ok=True)
-
-    @staticmethod
-    def _remove_orphans(directory: Path) -> None:
-        """Removes temporary files of the record older than `ORPHAN_SECONDS`: left by a process killed between
-        writing one and renaming it (a write takes milliseconds)."""
-        now = time.time()
-        for temporary in directory.glob("thread-bits-*.tmp"):
-            with contextlib.suppress(OSError):
-                if now - temporary.stat().st_mtime > ORPHAN_SECONDS:
-                    temporary.unlink()
 
     @classmethod
     def _read(cls) -> dict[str, bool]:
@@ -1044,6 +1035,16 @@ class KnownThreadBits:
         if not isinstance(known, dict):
             return {}
         return {key: value for key, value in known.items() if isinstance(value, bool)}
+
+
+def remove_orphans(directory: Path, pattern: str) -> None:
+    """Removes the temporary files `pattern` of `directory` older than `ORPHAN_SECONDS`: left by a process killed
+    between writing one and renaming it (a write takes milliseconds, a build of `BlockedSingleRow` under a second)."""
+    now = time.time()
+    for temporary in directory.glob(pattern):
+        with contextlib.suppress(OSError):
+            if now - temporary.stat().st_mtime > ORPHAN_SECONDS:
+                temporary.unlink()
 
 
 def _key_text(key: tuple) -> str:

@@ -453,9 +453,13 @@ def test_the_blocked_kernel_is_found_or_refused_by_its_bits(one_thread, monkeypa
 
 
 def test_the_blocked_kernel_builds_once_without_a_cache_and_not_without_a_compiler(monkeypatch, tmp_path):
-    """The library is built into `$ELMO_HF_CACHE` once and loaded from it later, into a temporary folder where the
-    cache is off or its library does not load; without a compiler there is no kernel (the others run)."""
+    """The library is built into `$ELMO_HF_CACHE` once (removing what a process killed while building left there) and
+    loaded from it later, into a temporary folder where the cache is off or its library does not load; without a
+    compiler there is no kernel (the others run)."""
     function = BlockedSingleRow.function.__func__
+    orphan = tmp_path / "single-row-0123456789abcdef.so.12345.tmp"  # left by a process killed while building
+    orphan.write_bytes(b"")
+    os.utime(orphan, (time.time() - 2 * cpu_kernels.ORPHAN_SECONDS,) * 2)
     try:
         for cache in (str(tmp_path), ""):
             monkeypatch.setenv("ELMO_HF_CACHE", cache)
