@@ -512,9 +512,10 @@ class ReorderedWeights:
     )
 
     @classmethod
-    def get(cls, linear: nn.Module, layout: str = ONEDNN_LAYOUT) -> torch.Tensor:
-        """`linear.weight` in `layout`: the kept copy if the weight still equals its snapshot, else a new copy."""
-        return cls.copies(linear, [layout])[layout]
+    def get(cls, linear: nn.Module) -> torch.Tensor:
+        """`linear.weight` in oneDNN's layout: the kept copy if the weight still equals its snapshot, else a new
+        copy."""
+        return cls.copies(linear, [ONEDNN_LAYOUT])[ONEDNN_LAYOUT]
 
     @classmethod
     def copies(cls, linear: nn.Module, layouts: Iterable[str]) -> dict[str, torch.Tensor]:
