@@ -123,30 +123,31 @@ def row_bucket(rows: int) -> int:
 
 
 # The kernels of a recurrent product: oneDNN on the plain weight, on the reordered weight, and (for single rows) on
-# the reordered weight without repeating the row, and `BlockedSingleRow` on the weight in column blocks.
-PLAIN, REORDERED, REORDERED_SINGLE_ROW = "plain", "reordered", "reordered single row"
-BLOCKED_SINGLE_ROW = "blocked single row"
+# the reordered weight without repeating the row, and `BlockedRows` on the weight in column blocks.
+PLAIN, REORDERED, REORDERED_SINGLE_ROW, BLOCKED = "plain", "reordered", "reordered single row", "blocked"
 # The layouts of the copies `ReorderedWeights` keeps, and the copy each kernel reads (None: the weight itself).
 ONEDNN_LAYOUT, BLOCKED_LAYOUT = "onednn", "blocked"
 KERNEL_LAYOUTS = {
-    PLAIN: None, REORDERED: ONEDNN_LAYOUT, REORDERED_SINGLE_ROW: ONEDNN_LAYOUT, BLOCKED_SINGLE_ROW: BLOCKED_LAYOUT
+    PLAIN: None, REORDERED: ONEDNN_LAYOUT, REORDERED_SINGLE_ROW: ONEDNN_LAYOUT, BLOCKED: BLOCKED_LAYOUT
 }
 
 
-class BlockedSingleRow:
-    """The product of one row with a weight, `(1, in_features)` -> `(1, out_features)` plus an addend, written in C
-    for AVX2 and FMA, reading the weight in column blocks of 8 (`blocked_weight`): a stream of contiguous memory.
+class BlockedRows:
+    """The product of a few rows with a weight, `(rows, in_features)` -> `(rows, out_features)` plus an addend, written
+    in C for AVX2 and FMA, reading the weight in column blocks of 8 (`blocked_weight`): one contiguous stream per
+    block.
 
-    At batch 1 the recurrence is bound by memory: each step reads every recurrent weight once (160 MiB for the
-    original architecture, five times the L3 of a 2-vCPU EPYC Zen 3), and oneDNN's single-row kernels read it at
-    7-9 GB/s with one thread there, where this loop reads 14-17 GB/s. It computes what oneDNN computes for two rows or
-    more (`recurrent_product`): each output a chain of fused multiply-adds over the inputs in order, from zero, in
-    blocks of `k_block` inputs whose sums are added in order, then the addend (oneDNN splits 4096 inputs into blocks
-    of 1024 on that CPU, and 512 not at all). `ReorderTimings` takes it only where a `k_block` gives oneDNN's bits
-    exactly on random values, with and without the addend, on the CPU at hand, with torch's thread count and with one
-    thread. It splits the outputs over torch's thread count, threads started per call (each output computed by one
-    thread, the same way on any count); the two directions of a layer at once run one thread each
-    (`DirectionsAtOnce`).
+    The recurrence's products are bound by reading the weights: at batch 1 each step reads every recurrent weight
+    once (160 MiB for the original architecture, five times the L3 of a 2-vCPU EPYC Zen 3), and oneDNN's single-row
+    kernels read it at 7-9 GB/s with one thread there, where this loop reads 14-17 GB/s; with 2 to 64 rows, oneDNN's
+    products of the same weights took 1.1-2.7x as long as this loop on that CPU. It computes what oneDNN computes for
+    two rows or more (`recurrent_product`): each output a chain of fused multiply-adds over the inputs in order, from
+    zero, in blocks of `k_block` inputs whose sums are added in order, then the addend (oneDNN splits 4096 inputs
+    into blocks of 1024 on that CPU, and 512 not at all), whatever the rows beside it. `ReorderTimings` takes it only
+    where a `k_block` gives oneDNN's bits exactly on random values, with and without the addend, on the CPU at hand,
+    with torch's thread count and with one thread. It splits the outputs over torch's thread count, run by torch's
+    own OpenMP threads (`openmp_parallel_region`; each output computed by one thread, the same way on any count); the
+    two directions of a layer at once run one thread each (`DirectionsAtOnce`).
 
     Available on x86-64 Linux CPUs with AVX2 and FMA where a C compiler (`$CC`, else `cc`) builds `SOURCE`; the
     library is kept under `$ELMO_HF_CACHE` (as `KnownThreadBits`' file), named after the source's hash, built once
@@ -156,86 +157,128 @@ class BlockedSingleRow:
 
     SOURCE = r"""
 #include <immintrin.h>
-#include <pthread.h>
 
-/* out[n] = sum over blocks of k_block inputs (each block's products summed in order by fused multiply-adds from
-   zero, the blocks' sums added in order) + add[n] (if add is not NULL), for n < out_features; weight is laid out
-   [out_features / 8][in_features][8]. Four blocks of 8 outputs at a time: four independent chains of FMAs. */
-static inline __attribute__((always_inline)) void columns(const float *inputs, const float *weight,
-                                                          const float *add, float *out, long in_features,
-                                                          long k_block, const int count)
+/* Loops over rows and column blocks, unrolled whole so that their chains are registers, not an array in memory. */
+#define UNROLLED _Pragma("GCC unroll 8")
+
+/* R rows of `inputs` (in_features apart) times C column blocks of `weight` (laid out [out_features / 8][in_features]
+   [8]) over the inputs [start, end): each output a chain of fused multiply-adds from zero, in order, written to `out`
+   (out_features apart) where start is 0 and added to it otherwise. R and C are constants where it is inlined, so the
+   R * C <= 12 chains stay in registers beside the C weights and the broadcast input (AVX2 has 16). */
+static inline __attribute__((always_inline)) void tile(const float *inputs, const float *weight, float *out,
+                                                       long in_features, long out_features, long start, long end,
+                                                       const int R, const int C)
 {
-    __m256 total[4], sum[4];
-    for (long start = 0; start < in_features; start += k_block) {
-        long end = start + k_block < in_features ? start + k_block : in_features;
-        for (int j = 0; j < count; j++)
-            sum[j] = _mm256_setzero_ps();
-        for (long k = start; k < end; k++) {
-            __m256 x = _mm256_broadcast_ss(inputs + k);
-            for (int j = 0; j < count; j++)
-                sum[j] = _mm256_fmadd_ps(x, _mm256_loadu_ps(weight + (j * in_features + k) * 8), sum[j]);
+    __m256 sum[6][4];
+    UNROLLED for (int r = 0; r < R; r++)
+        UNROLLED for (int c = 0; c < C; c++)
+            sum[r][c] = _mm256_setzero_ps();
+    for (long k = start; k < end; k++) {
+        __m256 w[4];
+        UNROLLED for (int c = 0; c < C; c++)
+            w[c] = _mm256_loadu_ps(weight + (c * in_features + k) * 8);
+        UNROLLED for (int r = 0; r < R; r++) {
+            __m256 x = _mm256_broadcast_ss(inputs + r * in_features + k);
+            UNROLLED for (int c = 0; c < C; c++)
+                sum[r][c] = _mm256_fmadd_ps(x, w[c], sum[r][c]);
         }
-        for (int j = 0; j < count; j++)
-            total[j] = start == 0 ? sum[j] : _mm256_add_ps(total[j], sum[j]);
     }
-    for (int j = 0; j < count; j++) {
-        __m256 result = add ? _mm256_add_ps(total[j], _mm256_loadu_ps(add + j * 8)) : total[j];
-        _mm256_storeu_ps(out + j * 8, result);
-    }
+    UNROLLED for (int r = 0; r < R; r++)
+        UNROLLED for (int c = 0; c < C; c++) {
+            float *o = out + r * out_features + c * 8;
+            _mm256_storeu_ps(o, start == 0 ? sum[r][c] : _mm256_add_ps(_mm256_loadu_ps(o), sum[r][c]));
+        }
 }
+
+/* `tile` for each R and C used (at most 6 rows; at most 3 with more than 2 blocks), each its own function. */
+typedef void tile_function(const float *, const float *, float *, long, long, long, long);
+#define TILE(R, C)                                                                                                 \
+    static void tile_##R##_##C(const float *inputs, const float *weight, float *out, long in_features,            \
+                               long out_features, long start, long end)                                           \
+    {                                                                                                             \
+        tile(inputs, weight, out, in_features, out_features, start, end, R, C);                                   \
+    }
+TILE(1, 1) TILE(1, 2) TILE(1, 3) TILE(1, 4) TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4)
+TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(3, 4) TILE(4, 1) TILE(4, 2) TILE(5, 1) TILE(5, 2) TILE(6, 1) TILE(6, 2)
+static tile_function *const tiles[7][5] = {
+    {0}, {0, tile_1_1, tile_1_2, tile_1_3, tile_1_4}, {0, tile_2_1, tile_2_2, tile_2_3, tile_2_4},
+    {0, tile_3_1, tile_3_2, tile_3_3, tile_3_4}, {0, tile_4_1, tile_4_2}, {0, tile_5_1, tile_5_2},
+    {0, tile_6_1, tile_6_2},
+};
 
 struct slice {
     const float *inputs, *weight, *add;
     float *out;
-    long first, last, in_features, k_block;
+    long rows, first, last, in_features, out_features, k_block;
 };
 
-/* The outputs [first, last) of a slice, 32 at a time (8, 16 or 24 at its end). */
-static void *run_slice(void *argument)
+/* The outputs [first, last) of a slice for every row: up to 3 rows in tiles of all rows by 4 column blocks (a single
+   row is bound by reading the weight: four chains in flight), more in tiles of 6 rows by 2 blocks (a block's
+   weights reused by 6 rows from the L1 cache). Each input block's sums are added in order, then the addend. */
+static void run_slice(const struct slice *s)
 {
-    const struct slice *s = argument;
-    for (long first = s->first; first < s->last; first += 32) {
-        const float *block = s->weight + first * s->in_features;
-        const float *add = s->add ? s->add + first : 0;
-        float *out = s->out + first;
-        switch ((s->last - first) / 8) {
-        case 1: columns(s->inputs, block, add, out, s->in_features, s->k_block, 1); break;
-        case 2: columns(s->inputs, block, add, out, s->in_features, s->k_block, 2); break;
-        case 3: columns(s->inputs, block, add, out, s->in_features, s->k_block, 3); break;
-        default: columns(s->inputs, block, add, out, s->in_features, s->k_block, 4);
+    long group = s->rows <= 3 ? 32 : 16, tile_rows = s->rows <= 3 ? 3 : 6;
+    for (long first = s->first; first < s->last; first += group) {
+        long width = s->last - first < group ? s->last - first : group;
+        const float *weight = s->weight + first * s->in_features;
+        for (long start = 0; start < s->in_features; start += s->k_block) {
+            long end = start + s->k_block < s->in_features ? start + s->k_block : s->in_features;
+            for (long row = 0; row < s->rows; row += tile_rows) {
+                long rows = s->rows - row < tile_rows ? s->rows - row : tile_rows;
+                tiles[rows][width / 8](s->inputs + row * s->in_features, weight,
+                                       s->out + row * s->out_features + first, s->in_features, s->out_features,
+                                       start, end);
+            }
         }
+        if (s->add)
+            for (long row = 0; row < s->rows; row++)
+                for (long n = first; n < first + width; n += 8) {
+                    float *o = s->out + row * s->out_features + n;
+                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o),
+                                                      _mm256_loadu_ps(s->add + row * s->out_features + n)));
+                }
     }
-    return 0;
 }
 
-/* The outputs split into `threads` slices of whole groups of 32, the first computed by the calling thread, the
-   others by threads started for this call (where one cannot start, the caller computes its slice). */
-void single_row_product(const float *inputs, const float *weight, const float *add, float *out,
-                        long out_features, long in_features, long k_block, long threads)
+/* The slices of a product, taken one at a time by each thread running `run_slices` until none is left. */
+struct job {
+    const struct slice *slices;
+    long count, next;
+};
+
+static void run_slices(void *argument)
+{
+    struct job *job = argument;
+    for (long t; (t = __atomic_fetch_add(&job->next, 1, __ATOMIC_RELAXED)) < job->count;)
+        run_slice(&job->slices[t]);
+}
+
+/* The OpenMP runtime's entry to a parallel region (`GOMP_parallel`, what `#pragma omp parallel` compiles to). */
+typedef void parallel_region(void (*)(void *), void *, unsigned, unsigned);
+
+/* out = inputs @ weight.T (+ add), the outputs split into `threads` slices of whole groups of 32, run by the threads
+   of torch's OpenMP runtime (`parallel`: its `GOMP_parallel`), or by the calling thread alone where `threads` is 1
+   or `parallel` NULL. */
+void rows_product(const float *inputs, const float *weight, const float *add, float *out, long rows,
+                  long out_features, long in_features, long k_block, long threads, parallel_region *parallel)
 {
     struct slice slices[64];
-    pthread_t ids[64];
-    int started[64] = {0};
     long groups = (out_features + 31) / 32;
     threads = threads < 1 ? 1 : threads > 64 ? 64 : threads > groups ? groups : threads;
     for (long t = 0; t < threads; t++) {
         long first = groups * t / threads * 32, last = groups * (t + 1) / threads * 32;
-        struct slice s = {inputs, weight, add, out, first, last < out_features ? last : out_features,
-                          in_features, k_block};
+        struct slice s = {inputs, weight, add, out, rows, first, last < out_features ? last : out_features,
+                          in_features, out_features, k_block};
         slices[t] = s;
     }
-    for (long t = 1; t < threads; t++)
-        started[t] = pthread_create(&ids[t], 0, run_slice, &slices[t]) == 0;
-    run_slice(&slices[0]);
-    for (long t = 1; t < threads; t++) {
-        if (started[t])
-            pthread_join(ids[t], 0);
-        else
-            run_slice(&slices[t]);
-    }
+    struct job job = {slices, threads, 0};
+    if (threads > 1 && parallel)
+        parallel(run_slices, &job, threads, 0);
+    else
+        run_slices(&job);
 }
 """
-    FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-pthread", "-shared", "-fPIC")
+    FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-shared", "-fPIC")
     # Input blocks tried, beside all inputs at once, for oneDNN's split of the sums.
     K_BLOCKS = (4096, 2048, 1024, 512, 256, 128, 64)
     _building = threading.Lock()
@@ -243,7 +286,7 @@ void single_row_product(const float *inputs, const float *weight, const float *a
     @classmethod
     @functools.cache
     def function(cls) -> Callable[..., None] | None:
-        """The compiled `single_row_product`, or None where this machine cannot run or build it."""
+        """The compiled `rows_product`, or None where this machine cannot run or build it."""
         capabilities = torch.cpu.get_capabilities()
         if not (
             sys.platform.startswith("linux")
@@ -259,7 +302,7 @@ void single_row_product(const float *inputs, const float *weight, const float *a
         directory = os.environ.get("ELMO_HF_CACHE", os.path.join(constants.HF_HOME, "elmo_hf"))
         with cls._building:  # the two directions' threads ask at once on a first call
             if directory:
-                library = Path(directory) / f"single-row-{name}.so"
+                library = Path(directory) / f"blocked-rows-{name}.so"
                 with contextlib.suppress(OSError, subprocess.SubprocessError):
                     if not library.exists():
                         library.parent.mkdir(parents=True, exist_ok=True)
@@ -268,7 +311,7 @@ void single_row_product(const float *inputs, const float *weight, const float *a
                 if function is not None:
                     return function
             with tempfile.TemporaryDirectory(prefix="elmo-hf-") as folder:  # no cache, or none usable
-                library = Path(folder) / "single-row.so"
+                library = Path(folder) / "blocked-rows.so"
                 with contextlib.suppress(OSError, subprocess.SubprocessError):
                     cls._build(compiler, library)
                 return cls._load(library)
@@ -285,16 +328,16 @@ void single_row_product(const float *inputs, const float *weight, const float *a
             os.replace(temporary, library)
         finally:
             temporary.unlink(missing_ok=True)
-        remove_orphans(library.parent, "single-row-*.tmp")
+        remove_orphans(library.parent, "blocked-rows-*.tmp")
 
     @staticmethod
     def _load(library: Path) -> Callable[..., None] | None:
-        """`single_row_product` of `library` (it stays mapped if the file goes), or None where it does not load."""
+        """`rows_product` of `library` (it stays mapped if the file goes), or None where it does not load."""
         try:
-            function = ctypes.CDLL(str(library)).single_row_product
+            function = ctypes.CDLL(str(library)).rows_product
         except OSError:
             return None
-        function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 4
+        function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 5 + [ctypes.c_void_p]
         function.restype = None
         return function
 
@@ -302,18 +345,23 @@ void single_row_product(const float *inputs, const float *weight, const float *a
     def product(
         cls, inputs: torch.Tensor, blocked: torch.Tensor, add: torch.Tensor | None, k_block: int
     ) -> torch.Tensor:
-        """`inputs @ weight.T + add` for float32 `inputs` `(1, in_features)` and `add` `(1, out_features)`, with
+        """`inputs @ weight.T + add` for float32 `inputs` `(rows, in_features)` and `add` `(rows, out_features)`, with
         `blocked` the weight's `blocked_weight`, on torch's thread count (each output is computed by one thread, the
         same way on any count); the caller has checked `function()`."""
         inputs = inputs.contiguous()
-        add = None if add is None else add.contiguous()
-        out_features, in_features = blocked.shape[0] * 8, blocked.shape[1]
-        out = inputs.new_empty(1, out_features)
+        rows, out_features, in_features = inputs.shape[0], blocked.shape[0] * 8, blocked.shape[1]
+        add = None if add is None else add.expand(rows, out_features).contiguous()
+        out = inputs.new_empty(rows, out_features)
         cls.function()(
             inputs.data_ptr(), blocked.data_ptr(), None if add is None else add.data_ptr(), out.data_ptr(),
-            out_features, in_features, k_block, torch.get_num_threads(),
+            rows, out_features, in_features, k_block, torch.get_num_threads(), openmp_parallel_region(),
         )  # fmt: skip
         return out
+
+    @classmethod
+    def takes(cls, weight: torch.Tensor) -> bool:
+        """Whether the kernel can multiply `weight` here: float32, a multiple of 8 outputs, `function()` built."""
+        return weight.dtype == torch.float32 and weight.shape[0] % 8 == 0 and cls.function() is not None
 
     @classmethod
     def k_block(
@@ -334,8 +382,33 @@ void single_row_product(const float *inputs, const float *weight, const float *a
         return None
 
 
+@functools.cache
+def openmp_parallel_region() -> int | None:
+    """The address of `GOMP_parallel` in the OpenMP runtime torch's threads belong to (`libgomp`, or Intel's
+    `libiomp5`, which provides it too), or None where torch runs without OpenMP or none is loaded.
+
+    `BlockedRows` splits a product over these threads: they are the ones torch's element-wise work between two
+    products leaves spinning (waiting for the next parallel region), so the product starts on them at once, where
+    threads of its own would share the cores with them (on a 2-vCPU EPYC, 2-6 ms more per product of 4 to 64 rows
+    after a sigmoid). The runtime torch was built with is found among the libraries loaded in this process, the one
+    in torch's folder first."""
+    if not torch._C.has_openmp:
+        return None
+    with contextlib.suppress(OSError):
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if ".so" in line}
+        runtimes = sorted(
+            (path for path in paths if Path(path).name.startswith(("libgomp", "libiomp5"))),
+            key=lambda path: not path.startswith(str(Path(torch.__file__).parent)),
+        )  # fmt: skip
+        for path in runtimes:
+            with contextlib.suppress(OSError, AttributeError):
+                return ctypes.cast(ctypes.CDLL(path).GOMP_parallel, ctypes.c_void_p).value
+    return None
+
+
 def blocked_weight(weight: torch.Tensor) -> torch.Tensor:
-    """`weight` `(out_features, in_features)` in column blocks of 8 for `BlockedSingleRow`: `(out_features / 8,
+    """`weight` `(out_features, in_features)` in column blocks of 8 for `BlockedRows`: `(out_features / 8,
     in_features, 8)`, the block of outputs `8b..8b+7` holding, for each input, their 8 weights side by side."""
     out_features, in_features = weight.shape
     return weight.detach().reshape(out_features // 8, 8, in_features).transpose(1, 2).contiguous()
@@ -369,7 +442,7 @@ class ReorderTimings:
     reorders: dict[tuple, float] = {}
     # {(out_features, in_features, dtype): [calls with a reordered copy, calls without]}
     decisions: dict[tuple, list[int]] = {}
-    # {(out_features, in_features, dtype): the `k_block` with which `BlockedSingleRow` gives oneDNN's bits}
+    # {(out_features, in_features, dtype, threads, bucket): the `k_block` with which `BlockedRows` gives oneDNN's bits}
     k_blocks: dict[tuple, int] = {}
 
     @classmethod
@@ -386,8 +459,9 @@ class ReorderTimings:
         keys = sorted({cls._key(weight, rows) for rows in row_counts} - cls.products.keys(), key=lambda key: key[-1])
         if keys:
             reordered = reorder_weight(weight)
+            blocked = blocked_weight(weight) if BlockedRows.takes(weight) else None
             for key in keys:
-                cls.products[key] = cls._measure(weight, reordered, key[-1])
+                cls.products[key] = cls._measure(weight, reordered, blocked, key[-1])
 
     @staticmethod
     def _key(weight: torch.Tensor, rows: int) -> tuple:
@@ -406,6 +480,12 @@ class ReorderTimings:
         return fastest
 
     @classmethod
+    def k_block(cls, weight: torch.Tensor, rows: int) -> int | None:
+        """The `k_block` with which `BlockedRows` gives oneDNN's bits for products of `rows` rows (None if it does
+        not)."""
+        return cls.k_blocks.get(cls._key(weight, rows))
+
+    @classmethod
     def saving(cls, weight: torch.Tensor, rows: int) -> float:
         """Seconds a reordered copy saves on one product of `rows` rows (0 where no reordered kernel is identical)."""
         timings = cls.product(weight, rows)
@@ -421,9 +501,12 @@ class ReorderTimings:
         return cls.comparisons[key]
 
     @classmethod
-    def _measure(cls, weight: torch.Tensor, reordered: torch.Tensor, rows: int) -> dict[str, float]:
+    def _measure(
+        cls, weight: torch.Tensor, reordered: torch.Tensor, blocked: torch.Tensor | None, rows: int
+    ) -> dict[str, float]:
         """Seconds per product of `rows` rows of each kernel giving the bits of `weight`'s plain product, with
-        `reordered` its reordered copy."""
+        `reordered` its reordered copy and `blocked` its `blocked_weight` (None where `BlockedRows` does not take
+        it)."""
         generator = torch.Generator().manual_seed(0)
         inputs = torch.randn(rows, weight.shape[1], generator=generator).to(weight.dtype)
         add = torch.randn(rows, weight.shape[0], generator=generator).to(weight.dtype)
@@ -434,8 +517,8 @@ class ReorderTimings:
         if rows == 1:
             candidates[REORDERED_SINGLE_ROW] = lambda addend=add: onednn_linear(inputs, reordered, None, addend)
         expected = [candidates[PLAIN](addend) for addend in (None, add)]
-        if rows == 1 and weight.dtype == torch.float32 and weight.shape[0] % 8 == 0:
-            blocked, threads = blocked_weight(weight), torch.get_num_threads()
+        if blocked is not None:
+            threads = torch.get_num_threads()
             expected_by_count = [expected]
             if threads > 1:  # one thread's bits too: steps that `StepThreads` runs with one thread keep the kernel
                 torch.set_num_threads(1)
@@ -443,12 +526,10 @@ class ReorderTimings:
                     expected_by_count.append([recurrent_product(inputs, weight, addend) for addend in (None, add)])
                 finally:
                     torch.set_num_threads(threads)
-            k_block = BlockedSingleRow.k_block(blocked, inputs, (None, add), expected_by_count)
+            k_block = BlockedRows.k_block(blocked, inputs, (None, add), expected_by_count)
             if k_block is not None:
-                cls.k_blocks[(*weight.shape, weight.dtype)] = k_block
-                candidates[BLOCKED_SINGLE_ROW] = lambda addend=add: BlockedSingleRow.product(
-                    inputs, blocked, addend, k_block
-                )
+                cls.k_blocks[cls._key(weight, rows)] = k_block
+                candidates[BLOCKED] = lambda addend=add: BlockedRows.product(inputs, blocked, addend, k_block)
         candidates = {
             kernel: run
             for kernel, run in candidates.items()
@@ -494,7 +575,7 @@ def _seconds(run: Callable[[], object], repeats: int = 1) -> float:
 
 class ReorderedWeights:
     """Recurrent weights copied into the layouts of faster kernels (oneDNN's blocked layout, `ONEDNN_LAYOUT`, and the
-    column blocks of `BlockedSingleRow`, `BLOCKED_LAYOUT`), kept across calls, beside a snapshot of the weight they
+    column blocks of `BlockedRows`, `BLOCKED_LAYOUT`), kept across calls, beside a snapshot of the weight they
     were made from.
 
     A kept copy is used only after the weight's bytes are found equal to its snapshot (`same_bytes`, at every cell's
@@ -503,8 +584,8 @@ class ReorderedWeights:
     the weight, weakly, so they go with their model; they are made on first use where `RecurrentLinear` finds they
     pay, or ahead of use by `build`, and freed by `clear`. Memory: the weights kept, once for the snapshot and once
     per layout in use; for the hidden-to-gate and projection weights of all four cells, 160 MiB each for the original
-    architecture and 10 MiB for small, in float32 (`memory_bytes`): 320 MiB where one layout is used (batch 1 with
-    one thread per direction takes only the column blocks), 480 where both are.
+    architecture and 10 MiB for small, in float32 (`memory_bytes`): 320 MiB where one layout is used (the timings
+    take the column blocks for every row count of batch 1 with one thread per direction), 480 where both are.
     """
 
     _kept: "weakref.WeakKeyDictionary[nn.Module, tuple[torch.Tensor, dict[str, torch.Tensor]]]" = (
@@ -626,21 +707,24 @@ class RecurrentLinear:
         ReorderTimings.decisions.setdefault((*weight.shape, weight.dtype), [0, 0])[not pays] += 1
         chosen = {rows: ReorderTimings.kernel(weight, rows) if pays else PLAIN for rows in products}
         copies = ReorderedWeights.copies(linear, {KERNEL_LAYOUTS[kernel] for kernel in chosen.values()} - {None})
-        self.kernels: dict[int, tuple[str, torch.Tensor]] = {
-            rows: (kernel, copies.get(KERNEL_LAYOUTS[kernel], weight)) for rows, kernel in chosen.items()
-        }
-        self.k_block = ReorderTimings.k_blocks.get((*weight.shape, weight.dtype))
+        # {rows: (kernel, the weight or copy it reads, the `k_block` of `BlockedRows`)}
+        self.kernels: dict[int, tuple[str, torch.Tensor, int | None]] = {
+            rows: (
+                kernel, copies.get(KERNEL_LAYOUTS[kernel], weight), ReorderTimings.k_block(weight, rows)
+            )
+            for rows, kernel in chosen.items()
+        }  # fmt: skip
         self.threads = torch.get_num_threads()
 
     def __call__(self, inputs: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
-        kernel, weight = self.kernels[inputs.shape[0]]
+        kernel, weight, k_block = self.kernels[inputs.shape[0]]
         if kernel == REORDERED_SINGLE_ROW:
             return onednn_linear(inputs, weight, None, add)
-        if kernel == BLOCKED_SINGLE_ROW:
+        if kernel == BLOCKED:
             # Found to give the bits of the count it was chosen on and of one thread; a step that `StepThreads` runs
             # with another count (more threads, where one thread's bits differ) takes oneDNN's.
             if torch.get_num_threads() in (1, self.threads):
-                return BlockedSingleRow.product(inputs, weight, add, self.k_block)
+                return BlockedRows.product(inputs, weight, add, k_block)
             return recurrent_product(inputs, self.weight, add)
         return recurrent_product(inputs, weight, add)
 
@@ -1040,7 +1124,7 @@ class KnownThreadBits:
 
 def remove_orphans(directory: Path, pattern: str) -> None:
     """Removes the temporary files `pattern` of `directory` older than `ORPHAN_SECONDS`: left by a process killed
-    between writing one and renaming it (a write takes milliseconds, a build of `BlockedSingleRow` under a second)."""
+    between writing one and renaming it (a write takes milliseconds, a build of `BlockedRows` under a second)."""
     now = time.time()
     for temporary in directory.glob(pattern):
         with contextlib.suppress(OSError):

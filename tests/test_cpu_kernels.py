@@ -23,11 +23,11 @@ from torch import nn
 
 from elmo_hf import ElmoConfig, ElmoModel, cpu_kernels
 from elmo_hf.cpu_kernels import (
-    BLOCKED_SINGLE_ROW,
+    BLOCKED,
     PLAIN,
     REORDERED,
     REORDERED_SINGLE_ROW,
-    BlockedSingleRow,
+    BlockedRows,
     CpuLinear,
     RecurrentLinear,
     ReorderedWeights,
@@ -391,7 +391,7 @@ def thread_count(request):
 
 
 def blocked_kernel_runs_here() -> bool:
-    """Whether this machine has what `BlockedSingleRow` needs: x86-64 Linux, AVX2 and FMA, a C compiler."""
+    """Whether this machine has what `BlockedRows` needs: x86-64 Linux, AVX2 and FMA, a C compiler."""
     capabilities = torch.cpu.get_capabilities()
     return (
         sys.platform.startswith("linux")
@@ -403,35 +403,57 @@ def blocked_kernel_runs_here() -> bool:
 
 
 def test_the_blocked_kernel_is_built_where_the_cpu_and_a_compiler_allow():
-    """Capability first: `BlockedSingleRow` runs on x86-64 Linux with AVX2 and FMA where a C compiler builds it (as
+    """Capability first: `BlockedRows` runs on x86-64 Linux with AVX2 and FMA where a C compiler builds it (as
     on the machines CI runs on), and nowhere else."""
-    assert (BlockedSingleRow.function() is not None) == blocked_kernel_runs_here()
+    assert (BlockedRows.function() is not None) == blocked_kernel_runs_here()
 
 
 @pytest.mark.parametrize("shape", [(8, 8), (40, 24), (64, 8), (4 * 1024, 128), (128, 1024), (512, 4096), (16, 3000)])
-def test_the_blocked_single_row_kernel_gives_onednns_bits(thread_count, shape):
-    """The contract of the kernel written for single rows: where `ReorderTimings` offers it (float32, a multiple of 8
-    outputs), its product with the input block it found gives bitwise oneDNN's product of two rows on the plain
-    weight, on any thread count, for other inputs than those it was found on, with and without the addend; 512 and
-    4096 inputs (the original architecture's) split their sums as oneDNN does on this CPU."""
+@pytest.mark.parametrize("bucket", [1, 2, 4, 8, 64])
+def test_the_blocked_kernel_gives_onednns_bits(thread_count, shape, bucket):
+    """The contract of the blocked kernel: where `ReorderTimings` offers it (float32, a multiple of 8 outputs), its
+    product with the input block it found gives bitwise oneDNN's product on the plain weight, on any thread count,
+    for other inputs than those it was found on and every row count of the bucket (tiles of 1 to 6 rows, 1 to 4
+    column blocks), with and without the addend; 512 and 4096 inputs (the original architecture's) split their sums
+    as oneDNN does on this CPU."""
     torch.manual_seed(1)
     weight = torch.randn(*shape)
     with torch.inference_mode():
-        kernels = ReorderTimings.product(weight, 1)
-        if BlockedSingleRow.function() is None:
-            assert BLOCKED_SINGLE_ROW not in kernels
+        kernels = ReorderTimings.product(weight, bucket)
+        if BlockedRows.function() is None:
+            assert BLOCKED not in kernels
             return
         if shape[1] in (512, 4096):  # found by the search on the CPUs measured: blocks of oneDNN's split
-            assert BLOCKED_SINGLE_ROW in kernels
-        if BLOCKED_SINGLE_ROW not in kernels:
+            assert BLOCKED in kernels
+        if BLOCKED not in kernels:
             return
-        k_block = ReorderTimings.k_blocks[(*shape, torch.float32)]
+        k_block = ReorderTimings.k_block(weight, bucket)
         blocked = cpu_kernels.blocked_weight(weight)
-        for _ in range(3):
-            inputs, add = torch.randn(1, shape[1]), torch.randn(1, shape[0])
+        for rows in sorted({max(1, bucket // 2 + 1), (bucket + 1) // 2 + bucket // 4 + 1, bucket}):
+            inputs, add = torch.randn(rows, shape[1]), torch.randn(rows, shape[0])
             for addend in (None, add):
                 expected = cpu_kernels.recurrent_product(inputs, weight, addend)
-                assert torch.equal(BlockedSingleRow.product(inputs, blocked, addend, k_block), expected)
+                assert torch.equal(BlockedRows.product(inputs, blocked, addend, k_block), expected)
+
+
+def test_the_blocked_kernel_splits_its_products_over_torchs_own_threads(monkeypatch):
+    """Where torch runs on OpenMP, the blocked kernel's threads are torch's (its runtime's `GOMP_parallel`, found in
+    this process); without a runtime the calling thread computes every slice, with the same bits."""
+    assert (cpu_kernels.openmp_parallel_region() is not None) == torch._C.has_openmp
+    if BlockedRows.function() is None:
+        return
+    weight, inputs, add = torch.randn(96, 40), torch.randn(7, 40), torch.randn(7, 96)
+    blocked = cpu_kernels.blocked_weight(weight)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        shared = BlockedRows.product(inputs, blocked, add, 40)
+        monkeypatch.setattr(cpu_kernels, "openmp_parallel_region", lambda: None)
+        alone = BlockedRows.product(inputs, blocked, add, 40)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(shared, alone)
+    assert torch.allclose(shared, inputs @ weight.T + add, rtol=1e-5, atol=1e-5)
 
 
 def test_the_blocked_kernel_is_found_or_refused_by_its_bits(one_thread, monkeypatch):
@@ -441,50 +463,50 @@ def test_the_blocked_kernel_is_found_or_refused_by_its_bits(one_thread, monkeypa
     blocked = cpu_kernels.blocked_weight(weight)
     inputs, add = torch.randn(1, 32), torch.randn(1, 64)
     expected = [cpu_kernels.recurrent_product(inputs, weight, addend) for addend in (None, add)]
-    if BlockedSingleRow.function() is None:
-        assert BlockedSingleRow.k_block(blocked, inputs, (None, add), [expected]) is None
+    if BlockedRows.function() is None:
+        assert BlockedRows.k_block(blocked, inputs, (None, add), [expected]) is None
         return
-    assert BlockedSingleRow.k_block(blocked, inputs, (None, add), [expected]) == 32
+    assert BlockedRows.k_block(blocked, inputs, (None, add), [expected]) == 32
     other = [expected[0], expected[1].clone()]
     other[1][0, 5] = torch.nextafter(other[1][0, 5], torch.tensor(math.inf))
-    assert BlockedSingleRow.k_block(blocked, inputs, (None, add), [other]) is None
+    assert BlockedRows.k_block(blocked, inputs, (None, add), [other]) is None
     # another thread count's bits, where they differ, refuse it too
-    assert BlockedSingleRow.k_block(blocked, inputs, (None, add), [expected, other]) is None
+    assert BlockedRows.k_block(blocked, inputs, (None, add), [expected, other]) is None
 
 
 def test_the_blocked_kernel_builds_once_without_a_cache_and_not_without_a_compiler(monkeypatch, tmp_path):
     """The library is built into `$ELMO_HF_CACHE` once (removing what a process killed while building left there) and
     loaded from it later, into a temporary folder where the cache is off or its library does not load; without a
     compiler there is no kernel (the others run)."""
-    function = BlockedSingleRow.function.__func__
-    orphan = tmp_path / "single-row-0123456789abcdef.so.12345.tmp"  # left by a process killed while building
+    function = BlockedRows.function.__func__
+    orphan = tmp_path / "blocked-rows-0123456789abcdef.so.12345.tmp"  # left by a process killed while building
     orphan.write_bytes(b"")
     os.utime(orphan, (time.time() - 2 * cpu_kernels.ORPHAN_SECONDS,) * 2)
     try:
         for cache in (str(tmp_path), ""):
             monkeypatch.setenv("ELMO_HF_CACHE", cache)
             function.cache_clear()
-            loaded = BlockedSingleRow.function()
+            loaded = BlockedRows.function()
             if not blocked_kernel_runs_here():
                 assert loaded is None
                 continue
             assert loaded is not None
         if blocked_kernel_runs_here():
-            [library] = tmp_path.glob("single-row-*.so")
+            [library] = tmp_path.glob("blocked-rows-*.so")
             assert not list(tmp_path.glob("*.tmp"))
             damaged = tmp_path / "damaged"
             damaged.write_bytes(b"not a library")
             damaged.replace(library)  # a library that does not load (a new file: the loaded one stays mapped)
             monkeypatch.setenv("ELMO_HF_CACHE", str(tmp_path))
             function.cache_clear()
-            assert BlockedSingleRow.function() is not None
+            assert BlockedRows.function() is not None
         monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
         function.cache_clear()
-        assert BlockedSingleRow.function() is None
+        assert BlockedRows.function() is None
         monkeypatch.setenv("CC", "false")  # a compiler that fails
         monkeypatch.setenv("ELMO_HF_CACHE", str(tmp_path / "other"))
         function.cache_clear()
-        assert BlockedSingleRow.function() is None
+        assert BlockedRows.function() is None
         assert not list((tmp_path / "other").glob("*"))
     finally:
         monkeypatch.undo()
@@ -492,22 +514,22 @@ def test_the_blocked_kernel_builds_once_without_a_cache_and_not_without_a_compil
 
 
 def test_a_model_at_batch_1_takes_the_blocked_kernel_with_the_same_bits(tokenizer, thread_count, monkeypatch):
-    """A model at batch 1 multiplies its recurrent weights with `BlockedSingleRow` (where the CPU runs it), and its
+    """A model at batch 1 multiplies its recurrent weights with `BlockedRows` (where the CPU runs it), and its
     layers are bitwise those of the same model without it, on any thread count."""
     torch.manual_seed(0)
     model = ElmoModel(tiny_config(lstm_dim=32, projection_dim=16)).eval()
     inputs = encode(tokenizer, [["Birds", "fly", "south", "in", "winter", "."]])
     calls = []
-    product = BlockedSingleRow.product
-    monkeypatch.setattr(BlockedSingleRow, "product", lambda *args: calls.append(1) or product(*args))
+    product = BlockedRows.product
+    monkeypatch.setattr(BlockedRows, "product", lambda *args: calls.append(1) or product(*args))
     monkeypatch.setattr(ReorderTimings, "saving", classmethod(lambda cls, weight, rows: 1.0))
     with torch.inference_mode():
         blocked = model(**inputs, output_hidden_states=True).hidden_states
-        assert bool(calls) == (BlockedSingleRow.function() is not None)
+        assert bool(calls) == (BlockedRows.function() is not None)
         kernel = ReorderTimings.kernel
         monkeypatch.setattr(
             ReorderTimings, "kernel",
-            classmethod(lambda cls, *args: REORDERED if kernel(*args) == BLOCKED_SINGLE_ROW else kernel(*args)),
+            classmethod(lambda cls, *args: REORDERED if kernel(*args) == BLOCKED else kernel(*args)),
         )  # fmt: skip
         calls.clear()
         without = model(**inputs, output_hidden_states=True).hidden_states
@@ -522,16 +544,16 @@ def test_a_blocked_copy_is_never_stale(one_thread, monkeypatch):
     that of the edited weight."""
     linear = nn.Linear(32, 64, bias=False)
     key = (64, 32, torch.float32, 1)
-    monkeypatch.setitem(ReorderTimings.products, (*key, 1), {PLAIN: 2.0, REORDERED: 1.0, BLOCKED_SINGLE_ROW: 0.1})
+    monkeypatch.setitem(ReorderTimings.products, (*key, 1), {PLAIN: 2.0, REORDERED: 1.0, BLOCKED: 0.1})
     monkeypatch.setitem(ReorderTimings.comparisons, key, 0.0)
-    monkeypatch.setitem(ReorderTimings.k_blocks, (64, 32, torch.float32), 32)
+    monkeypatch.setitem(ReorderTimings.k_blocks, (*key, 1), 32)
     inputs, add = torch.randn(1, 32), torch.randn(1, 64)
     with torch.inference_mode():
         for _ in range(2):
             recurrent = RecurrentLinear(linear, row_counts=[1] * 10)
-            assert recurrent.kernels[1][0] == BLOCKED_SINGLE_ROW
+            assert recurrent.kernels[1][0] == BLOCKED
             expected = cpu_kernels.recurrent_product(inputs, linear.weight, add)
-            if BlockedSingleRow.function() is not None:
+            if BlockedRows.function() is not None:
                 assert torch.equal(recurrent(inputs, add), expected)
             linear.weight.data.normal_()
         assert ReorderedWeights.memory_bytes() >= 2 * linear.weight.nbytes
@@ -598,9 +620,9 @@ def test_reordered_copies_are_used_only_where_they_pay(monkeypatch):
         monkeypatch.setitem(ReorderTimings.products, (*key, 1), {PLAIN: 1.0})
         monkeypatch.setitem(ReorderTimings.comparisons, key, 10.0)
         not_paying = RecurrentLinear(linear, row_counts=[4] * 9 + [1] * 100)  # saves 9 s, checking costs 10 s
-        assert {rows: kernel for rows, (kernel, _) in not_paying.kernels.items()} == {4: PLAIN, 1: PLAIN}
+        assert {rows: kernel for rows, (kernel, _, _) in not_paying.kernels.items()} == {4: PLAIN, 1: PLAIN}
         paying = RecurrentLinear(linear, row_counts=[4] * 11 + [1])
-        assert {rows: kernel for rows, (kernel, _) in paying.kernels.items()} == {4: REORDERED, 1: PLAIN}
+        assert {rows: kernel for rows, (kernel, _, _) in paying.kernels.items()} == {4: REORDERED, 1: PLAIN}
         assert paying.kernels[4][1] is ReorderedWeights.get(linear)
     assert any(line.startswith("64x32 float32") for line in ReorderTimings.summary())
     ReorderedWeights.clear()
