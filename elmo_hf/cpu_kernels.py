@@ -758,6 +758,12 @@ class StepThreads:
     # Steps timed per try, and of the count in use to compare with: means, since on a busy machine several threads
     # are fast while all of them have a core and very slow while one waits for it (the best times would hide that).
     FIRST_TRY, LONGEST_INTERVAL, TRIAL_STEPS, RECENT_STEPS = 8, 1024, 4, 8
+    # How much faster a try's steps must run to switch counts. The steps of a bucket of row counts lose rows as
+    # sentences end, so a try's steps, coming after the recent ones, have fewer rows: with 5%, one fresh process in
+    # eight at batch 64 on an idle 2-vCPU EPYC Zen 3 took one thread for a while (its 2-thread steps slowed by the
+    # host meanwhile: 12.6 ms against 11.3 with one thread, where one thread runs them at half the speed). A busy
+    # machine, where one thread is the faster, makes two threads several times slower.
+    SWITCH_MARGIN = 0.15
     # How long the threads of a multi-threaded product may spin after it, waiting for more work, before they sleep
     # (OpenMP's default of 300,000 spins measured about 15 ms on a busy 2-vCPU EPYC), slowing a single thread then.
     SPIN_SECONDS = 0.02
@@ -892,7 +898,9 @@ class StepThreads:
         # At least, not exactly: threads sharing a kind of step append to one trial, and two appends before either
         # thread compares would skip the count, leaving every later step a try.
         if len(trial) >= self.TRIAL_STEPS:
-            keep_the_faster(choice, threads, recent, trial, self.FIRST_TRY, self.LONGEST_INTERVAL)
+            keep_the_faster(
+                choice, threads, recent, trial, self.FIRST_TRY, self.LONGEST_INTERVAL, self.SWITCH_MARGIN
+            )
         return result
 
     def run_rows(self, name: str, step: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
@@ -929,12 +937,14 @@ class StepThreads:
 
 
 def keep_the_faster(
-    choice: list, tried: object, recent: list[float], trial: list[float], first_try: int, longest_interval: int
+    choice: list, tried: object, recent: list[float], trial: list[float], first_try: int, longest_interval: int,
+    margin: float,
 ) -> None:
     """After a try (`StepThreads`, `DirectionsAtOnce`): `choice` `[way in use, interval between tries, countdown to the
-    next]` takes the `tried` way where its `trial` times averaged 5% under the `recent` ones of the way in use, and
-    tries again soon (`first_try`); otherwise the interval doubles, up to `longest_interval`. Both lists start anew."""
-    if recent and statistics.fmean(trial) < 0.95 * statistics.fmean(recent):
+    next]` takes the `tried` way where its `trial` times averaged `margin` (a share) under the `recent` ones of the
+    way in use, and tries again soon (`first_try`); otherwise the interval doubles, up to `longest_interval`. Both
+    lists start anew."""
+    if recent and statistics.fmean(trial) < (1 - margin) * statistics.fmean(recent):
         choice[0], choice[1] = tried, first_try
     else:
         choice[1] = min(2 * choice[1], longest_interval)
@@ -964,6 +974,8 @@ class DirectionsAtOnce:
     """
 
     FIRST_TRY, LONGEST_INTERVAL, TRIAL_CALLS, RECENT_CALLS = 4, 64, 2, 4
+    # How much faster a try's calls must run per step to switch ways (idle, the two ways differ by about that much).
+    SWITCH_MARGIN = 0.05
     # {(kind, bucket, threads): [at once, calls between tries, calls until the next try]}
     choices: dict[tuple, list] = {}
     # {(kind, bucket, threads): (seconds per step of the last calls of the choice, and of a try's calls)}
@@ -1008,7 +1020,9 @@ class DirectionsAtOnce:
                 return
             trial.append(per_step)
             if len(trial) == cls.TRIAL_CALLS:
-                keep_the_faster(choice, at_once, recent, trial, cls.FIRST_TRY, cls.LONGEST_INTERVAL)
+                keep_the_faster(
+                    choice, at_once, recent, trial, cls.FIRST_TRY, cls.LONGEST_INTERVAL, cls.SWITCH_MARGIN
+                )
 
     @classmethod
     def _at_once(
