@@ -364,7 +364,7 @@ void rows_product(const float *inputs, const float *weight, const float *add, fl
         return weight.dtype == torch.float32 and weight.shape[0] % 8 == 0 and cls.function() is not None
 
     @classmethod
-    def k_block(
+    def find_k_block(
         cls, blocked: torch.Tensor, inputs: torch.Tensor, adds: tuple[torch.Tensor | None, ...],
         expected_by_count: list[list[torch.Tensor]],
     ) -> int | None:
@@ -526,14 +526,15 @@ class ReorderTimings:
                     expected_by_count.append([recurrent_product(inputs, weight, addend) for addend in (None, add)])
                 finally:
                     torch.set_num_threads(threads)
-            k_block = BlockedRows.k_block(blocked, inputs, (None, add), expected_by_count)
+            k_block = BlockedRows.find_k_block(blocked, inputs, (None, add), expected_by_count)
             if k_block is not None:
                 cls.k_blocks[cls._key(weight, rows)] = k_block
                 candidates[BLOCKED] = lambda addend=add: BlockedRows.product(inputs, blocked, addend, k_block)
+        # The blocked loop was checked by `find_k_block` on these inputs, with and without the addend.
         candidates = {
             kernel: run
             for kernel, run in candidates.items()
-            if kernel == PLAIN
+            if kernel in (PLAIN, BLOCKED)
             or all(torch.equal(run(addend), result) for addend, result in zip((None, add), expected))
         }
         # Repeat small products so that each timing covers about a millisecond.

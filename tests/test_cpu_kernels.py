@@ -464,14 +464,14 @@ def test_the_blocked_kernel_is_found_or_refused_by_its_bits(one_thread, monkeypa
     inputs, add = torch.randn(1, 32), torch.randn(1, 64)
     expected = [cpu_kernels.recurrent_product(inputs, weight, addend) for addend in (None, add)]
     if BlockedRows.function() is None:
-        assert BlockedRows.k_block(blocked, inputs, (None, add), [expected]) is None
+        assert BlockedRows.find_k_block(blocked, inputs, (None, add), [expected]) is None
         return
-    assert BlockedRows.k_block(blocked, inputs, (None, add), [expected]) == 32
+    assert BlockedRows.find_k_block(blocked, inputs, (None, add), [expected]) == 32
     other = [expected[0], expected[1].clone()]
     other[1][0, 5] = torch.nextafter(other[1][0, 5], torch.tensor(math.inf))
-    assert BlockedRows.k_block(blocked, inputs, (None, add), [other]) is None
+    assert BlockedRows.find_k_block(blocked, inputs, (None, add), [other]) is None
     # another thread count's bits, where they differ, refuse it too
-    assert BlockedRows.k_block(blocked, inputs, (None, add), [expected, other]) is None
+    assert BlockedRows.find_k_block(blocked, inputs, (None, add), [expected, other]) is None
 
 
 def test_the_blocked_kernel_builds_once_without_a_cache_and_not_without_a_compiler(monkeypatch, tmp_path):
