@@ -444,60 +444,72 @@ class ReorderTimings:
     decisions: dict[tuple, list[int]] = {}
     # {(out_features, in_features, dtype, threads, bucket): the `k_block` with which `BlockedRows` gives oneDNN's bits}
     k_blocks: dict[tuple, int] = {}
+    # Held while measuring: two directions at once, whose weights have the same shapes, measured the same buckets
+    # side by side otherwise, each slowing the other's timings.
+    _measuring = threading.Lock()
 
     @classmethod
-    def product(cls, weight: torch.Tensor, rows: int) -> dict[str, float]:
-        """Seconds per product of `rows` rows of each kernel giving the plain weight's bits, measured now if new."""
-        cls.measure(weight, [rows])
-        return cls.products[cls._key(weight, rows)]
+    def product(cls, weight: torch.Tensor, rows: int, threads: int) -> dict[str, float]:
+        """Seconds per product of `rows` rows on `threads` threads of each kernel giving the plain weight's bits,
+        measured now if new."""
+        cls.measure(weight, [rows], threads)
+        return cls.products[cls._key(weight, rows, threads)]
 
     @classmethod
-    def measure(cls, weight: torch.Tensor, row_counts: Iterable[int]) -> None:
-        """Measure now the buckets of `row_counts` not measured yet, all with one reordered copy of `weight`: a first
-        call of batch 64 measures seven buckets per weight, and a copy made for each was a fifth to a quarter of the
-        measuring time (the original architecture's 32 MiB hidden-to-gate weight takes 10-45 ms to reorder)."""
-        keys = sorted({cls._key(weight, rows) for rows in row_counts} - cls.products.keys(), key=lambda key: key[-1])
-        if keys:
-            reordered = reorder_weight(weight)
-            blocked = blocked_weight(weight) if BlockedRows.takes(weight) else None
-            for key in keys:
-                cls.products[key] = cls._measure(weight, reordered, blocked, key[-1])
+    def measure(cls, weight: torch.Tensor, row_counts: Iterable[int], threads: int) -> None:
+        """Measure now, on `threads` threads, the buckets of `row_counts` not measured yet, all with one reordered copy
+        of `weight`: a first call of batch 64 measures seven buckets per weight, and a copy made for each was a fifth
+        to a quarter of the measuring time (the original architecture's 32 MiB hidden-to-gate weight takes 10-45 ms
+        to reorder)."""
+        with cls._measuring:
+            keys = {cls._key(weight, rows, threads) for rows in row_counts} - cls.products.keys()
+            if not keys:
+                return
+            with torch_threads(threads):
+                reordered = reorder_weight(weight)
+                blocked = blocked_weight(weight) if BlockedRows.takes(weight) else None
+                for key in sorted(keys, key=lambda key: key[-1]):
+                    cls.products[key] = cls._measure(weight, reordered, blocked, key[-1])
 
     @staticmethod
-    def _key(weight: torch.Tensor, rows: int) -> tuple:
-        return (*weight.shape, weight.dtype, torch.get_num_threads(), row_bucket(rows))
+    def _key(weight: torch.Tensor, rows: int, threads: int) -> tuple:
+        return (*weight.shape, weight.dtype, threads, row_bucket(rows))
 
     @classmethod
-    def kernel(cls, weight: torch.Tensor, rows: int) -> str:
-        """The kernel for products of `rows` rows once a reordered copy is kept: `REORDERED`, unless another
-        identical kernel measured `SWITCH_MARGIN` faster. Timings of kernels this close flip from process to process
-        (the original architecture's 512x4096 projection under AVX2 took the plain weight in some fresh processes and
-        the reordered one in others, at 16 to 64 rows), and the choice should be the same in every process."""
-        timings = cls.product(weight, rows)
+    def kernel(cls, weight: torch.Tensor, rows: int, threads: int) -> str:
+        """The kernel for products of `rows` rows on `threads` threads once a reordered copy is kept: `REORDERED`,
+        unless another identical kernel measured `SWITCH_MARGIN` faster. Timings of kernels this close flip from
+        process to process (the original architecture's 512x4096 projection under AVX2 took the plain weight in some
+        fresh processes and the reordered one in others, at 16 to 64 rows), and the choice should be the same in
+        every process."""
+        timings = cls.product(weight, rows, threads)
         fastest = min(timings, key=timings.get)
         if REORDERED in timings and timings[fastest] > (1 - cls.SWITCH_MARGIN) * timings[REORDERED]:
             return REORDERED
         return fastest
 
     @classmethod
-    def k_block(cls, weight: torch.Tensor, rows: int) -> int | None:
-        """The `k_block` with which `BlockedRows` gives oneDNN's bits for products of `rows` rows (None if it does
-        not)."""
-        return cls.k_blocks.get(cls._key(weight, rows))
+    def k_block(cls, weight: torch.Tensor, rows: int, threads: int) -> int | None:
+        """The `k_block` with which `BlockedRows` gives oneDNN's bits for products of `rows` rows on `threads` threads
+        (None if it does not)."""
+        return cls.k_blocks.get(cls._key(weight, rows, threads))
 
     @classmethod
-    def saving(cls, weight: torch.Tensor, rows: int) -> float:
-        """Seconds a reordered copy saves on one product of `rows` rows (0 where no reordered kernel is identical)."""
-        timings = cls.product(weight, rows)
+    def saving(cls, weight: torch.Tensor, rows: int, threads: int) -> float:
+        """Seconds a reordered copy saves on one product of `rows` rows on `threads` threads (0 where no reordered
+        kernel is identical)."""
+        timings = cls.product(weight, rows, threads)
         reordered = [seconds for kernel, seconds in timings.items() if kernel != PLAIN]
         return max(0.0, timings[PLAIN] - min(reordered)) if reordered else 0.0
 
     @classmethod
-    def comparison_seconds(cls, weight: torch.Tensor) -> float:
-        key = (*weight.shape, weight.dtype, torch.get_num_threads())
+    def comparison_seconds(cls, weight: torch.Tensor, threads: int) -> float:
+        """Seconds to compare `weight` with a snapshot on `threads` threads (what using a kept copy costs a call)."""
+        key = (*weight.shape, weight.dtype, threads)
         if key not in cls.comparisons:
             snapshot = weight.detach().clone()
-            cls.comparisons[key] = min(_seconds(lambda: same_bytes(weight, snapshot)) for _ in range(3))
+            with torch_threads(threads):
+                cls.comparisons[key] = min(_seconds(lambda: same_bytes(weight, snapshot)) for _ in range(3))
         return cls.comparisons[key]
 
     @classmethod
@@ -521,14 +533,11 @@ class ReorderTimings:
             threads = torch.get_num_threads()
             expected_by_count = [expected]
             if threads > 1:  # one thread's bits too: steps that `StepThreads` runs with one thread keep the kernel
-                torch.set_num_threads(1)
-                try:
+                with torch_threads(1):
                     expected_by_count.append([recurrent_product(inputs, weight, addend) for addend in (None, add)])
-                finally:
-                    torch.set_num_threads(threads)
             k_block = BlockedRows.find_k_block(blocked, inputs, (None, add), expected_by_count)
             if k_block is not None:
-                cls.k_blocks[cls._key(weight, rows)] = k_block
+                cls.k_blocks[cls._key(weight, rows, threads)] = k_block
                 candidates[BLOCKED] = lambda addend=add: BlockedRows.product(inputs, blocked, addend, k_block)
         # The blocked loop was checked by `find_k_block` on these inputs, with and without the addend.
         candidates = {
@@ -547,23 +556,38 @@ class ReorderTimings:
 
     @classmethod
     def summary(cls) -> list[str]:
-        """What was measured and decided, one line per weight shape, for benchmark reports."""
+        """What was measured and decided, one line per weight shape and thread count, for benchmark reports."""
         lines = []
-        for (out, inp, dtype, threads), comparison in sorted(cls.comparisons.items(), key=str):
+        for shape in sorted({key[:4] for key in cls.products}, key=str):
+            out, inp, dtype, threads = shape
             reordered, plain = cls.decisions.get((out, inp, dtype), [0, 0])
-            products = [
-                f"rows <= {bucket}: "
-                + ", ".join(f"{kernel} {timing * 1e6:.0f} us" for kernel, timing in timings.items())
-                for (o, i, d, t, bucket), timings in sorted(cls.products.items(), key=lambda item: item[0][-1])
-                if (o, i, d, t) == (out, inp, dtype, threads)
+            costs = [
+                f"{what} {seconds[shape] * 1e3:.1f} ms, "
+                for what, seconds in (("reordering took", cls.reorders), ("checking a kept copy", cls.comparisons))
+                if shape in seconds
             ]
-            reordering = cls.reorders.get((out, inp, dtype, threads), math.nan)
+            products = [
+                f"rows <= {key[-1]}: "
+                + ", ".join(f"{kernel} {timing * 1e6:.0f} us" for kernel, timing in timings.items())
+                for key, timings in sorted(cls.products.items(), key=lambda item: item[0][-1])
+                if key[:4] == shape
+            ]
             lines.append(
-                f"{out}x{inp} {str(dtype).removeprefix('torch.')}, {threads} threads: reordering took "
-                f"{reordering * 1e3:.1f} ms, checking a kept copy {comparison * 1e3:.1f} ms; reordered copy used in "
-                f"{reordered} of {reordered + plain} calls; " + "; ".join(products)
+                f"{out}x{inp} {str(dtype).removeprefix('torch.')}, {threads} threads: {''.join(costs)}reordered copy "
+                f"used in {reordered} of {reordered + plain} calls; " + "; ".join(products)
             )
         return lines
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's thread count for the calling thread set to `count` within the block, restored after."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def _seconds(run: Callable[[], object], repeats: int = 1) -> float:
@@ -694,39 +718,43 @@ class RecurrentLinear:
     make products of `row_counts` rows: `(rows, in_features)` -> `(rows, out_features)`, plus the step's addend.
 
     Takes the copies of `ReorderedWeights` when the timings say the steps of this call save more than checking them
-    costs (a copy made now pays off over the calls that follow): for each row count the reordered weight unless a
-    kernel giving the same bits measured clearly faster (`ReorderTimings.kernel`), chosen once per call, with the
-    copy that kernel reads.
+    costs (a copy made now pays off over the calls that follow): for each row count and each thread count the steps
+    may run with (`StepThreads.counts`), the reordered weight unless a kernel giving the same bits measured clearly
+    faster on that many threads (`ReorderTimings.kernel`), chosen once per call, with the copy that kernel reads.
+    Every count is measured here, before the steps: measured where a step first ran with it (a try of one thread,
+    a layer's two directions at once), the measuring fell inside that try's timing and that call (at batch 64, 1.2-1.7
+    s of the original architecture's weights on one thread, on a 2-vCPU EPYC Zen 3, where the call took 3.5 s).
     """
 
     def __init__(self, linear: nn.Module, row_counts: list[int]):
         weight = self.weight = linear.weight
-        products = Counter(row_counts)
-        ReorderTimings.measure(weight, products)
-        saved = sum(count * ReorderTimings.saving(weight, rows) for rows, count in products.items())
-        pays = saved > ReorderTimings.comparison_seconds(weight)
+        products, counts = Counter(row_counts), StepThreads.counts()
+        for threads in counts:
+            ReorderTimings.measure(weight, products, threads)
+        most = counts[0]
+        saved = sum(count * ReorderTimings.saving(weight, rows, most) for rows, count in products.items())
+        pays = saved > ReorderTimings.comparison_seconds(weight, most)
         ReorderTimings.decisions.setdefault((*weight.shape, weight.dtype), [0, 0])[not pays] += 1
-        chosen = {rows: ReorderTimings.kernel(weight, rows) if pays else PLAIN for rows in products}
+        chosen = {
+            (rows, threads): ReorderTimings.kernel(weight, rows, threads) if pays else PLAIN
+            for rows in products
+            for threads in counts
+        }
         copies = ReorderedWeights.copies(linear, {KERNEL_LAYOUTS[kernel] for kernel in chosen.values()} - {None})
-        # {rows: (kernel, the weight or copy it reads, the `k_block` of `BlockedRows`)}
-        self.kernels: dict[int, tuple[str, torch.Tensor, int | None]] = {
-            rows: (
-                kernel, copies.get(KERNEL_LAYOUTS[kernel], weight), ReorderTimings.k_block(weight, rows)
+        # {(rows, threads): (kernel, the weight or copy it reads, the `k_block` of `BlockedRows`)}
+        self.kernels: dict[tuple[int, int], tuple[str, torch.Tensor, int | None]] = {
+            (rows, threads): (
+                kernel, copies.get(KERNEL_LAYOUTS[kernel], weight), ReorderTimings.k_block(weight, rows, threads)
             )
-            for rows, kernel in chosen.items()
+            for (rows, threads), kernel in chosen.items()
         }  # fmt: skip
-        self.threads = torch.get_num_threads()
 
     def __call__(self, inputs: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
-        kernel, weight, k_block = self.kernels[inputs.shape[0]]
+        kernel, weight, k_block = self.kernels[inputs.shape[0], torch.get_num_threads()]
         if kernel == REORDERED_SINGLE_ROW:
             return onednn_linear(inputs, weight, None, add)
         if kernel == BLOCKED:
-            # Found to give the bits of the count it was chosen on and of one thread; a step that `StepThreads` runs
-            # with another count (more threads, where one thread's bits differ) takes oneDNN's.
-            if torch.get_num_threads() in (1, self.threads):
-                return BlockedRows.product(inputs, weight, add, k_block)
-            return recurrent_product(inputs, self.weight, add)
+            return BlockedRows.product(inputs, weight, add, k_block)
         return recurrent_product(inputs, weight, add)
 
 
@@ -820,6 +848,13 @@ class StepThreads:
         finally:
             torch.set_num_threads(cls._scoped.most)
             cls._scoped.most = None
+
+    @classmethod
+    def counts(cls) -> tuple[int, ...]:
+        """The thread counts the calling thread's steps may run with: torch's count (`torch_count`), then one where
+        that is more."""
+        most = cls.torch_count()
+        return (most, 1) if most > 1 else (most,)
 
     @classmethod
     def resume_torch_count(cls) -> None:

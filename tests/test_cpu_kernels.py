@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -360,7 +361,7 @@ def test_every_recurrent_kernel_gives_the_same_bits(shape):
     reordered = cpu_kernels.reorder_weight(weight)
     with torch.inference_mode():
         for rows in (1, 2, 3, 8, 64):
-            kernels = ReorderTimings.product(weight, rows)
+            kernels = ReorderTimings.product(weight, rows, torch.get_num_threads())
             assert PLAIN in kernels and (rows == 1 or REORDERED in kernels)
             inputs, add = torch.randn(rows, shape[1]), torch.randn(rows, shape[0])
             expected = cpu_kernels.onednn_linear(inputs.repeat(2, 1), weight, None, add.repeat(2, 1))[:rows]
@@ -419,7 +420,7 @@ def test_the_blocked_kernel_gives_onednns_bits(thread_count, shape, bucket):
     torch.manual_seed(1)
     weight = torch.randn(*shape)
     with torch.inference_mode():
-        kernels = ReorderTimings.product(weight, bucket)
+        kernels = ReorderTimings.product(weight, bucket, thread_count)
         if BlockedRows.function() is None:
             assert BLOCKED not in kernels
             return
@@ -427,7 +428,7 @@ def test_the_blocked_kernel_gives_onednns_bits(thread_count, shape, bucket):
             assert BLOCKED in kernels
         if BLOCKED not in kernels:
             return
-        k_block = ReorderTimings.k_block(weight, bucket)
+        k_block = ReorderTimings.k_block(weight, bucket, thread_count)
         blocked = cpu_kernels.blocked_weight(weight)
         for rows in sorted({max(1, bucket // 2 + 1), (bucket + 1) // 2 + bucket // 4 + 1, bucket}):
             inputs, add = torch.randn(rows, shape[1]), torch.randn(rows, shape[0])
@@ -522,7 +523,7 @@ def test_a_model_at_batch_1_takes_the_blocked_kernel_with_the_same_bits(tokenize
     calls = []
     product = BlockedRows.product
     monkeypatch.setattr(BlockedRows, "product", lambda *args: calls.append(1) or product(*args))
-    monkeypatch.setattr(ReorderTimings, "saving", classmethod(lambda cls, weight, rows: 1.0))
+    monkeypatch.setattr(ReorderTimings, "saving", classmethod(lambda cls, weight, rows, threads: 1.0))
     with torch.inference_mode():
         blocked = model(**inputs, output_hidden_states=True).hidden_states
         assert bool(calls) == (BlockedRows.function() is not None)
@@ -551,7 +552,7 @@ def test_a_blocked_copy_is_never_stale(one_thread, monkeypatch):
     with torch.inference_mode():
         for _ in range(2):
             recurrent = RecurrentLinear(linear, row_counts=[1] * 10)
-            assert recurrent.kernels[1][0] == BLOCKED
+            assert recurrent.kernels[1, 1][0] == BLOCKED
             expected = cpu_kernels.recurrent_product(inputs, linear.weight, add)
             if BlockedRows.function() is not None:
                 assert torch.equal(recurrent(inputs, add), expected)
@@ -614,16 +615,18 @@ def test_kernels_run_odd_widths_as_the_reference(tokenizer, projection_dim):
 
 def test_reordered_copies_are_used_only_where_they_pay(monkeypatch):
     linear = nn.Linear(32, 64, bias=False)
-    key = (64, 32, torch.float32, torch.get_num_threads())
+    threads = torch.get_num_threads()
+    key = (64, 32, torch.float32, threads)
     with torch.inference_mode():
         monkeypatch.setitem(ReorderTimings.products, (*key, 4), {PLAIN: 2.0, REORDERED: 1.0})
         monkeypatch.setitem(ReorderTimings.products, (*key, 1), {PLAIN: 1.0})
         monkeypatch.setitem(ReorderTimings.comparisons, key, 10.0)
         not_paying = RecurrentLinear(linear, row_counts=[4] * 9 + [1] * 100)  # saves 9 s, checking costs 10 s
-        assert {rows: kernel for rows, (kernel, _, _) in not_paying.kernels.items()} == {4: PLAIN, 1: PLAIN}
+        assert {rows: kernel for (rows, _), (kernel, _, _) in not_paying.kernels.items()} == {4: PLAIN, 1: PLAIN}
         paying = RecurrentLinear(linear, row_counts=[4] * 11 + [1])
-        assert {rows: kernel for rows, (kernel, _, _) in paying.kernels.items()} == {4: REORDERED, 1: PLAIN}
-        assert paying.kernels[4][1] is ReorderedWeights.get(linear)
+        chosen = {rows: kernel for (rows, count), (kernel, _, _) in paying.kernels.items() if count == threads}
+        assert chosen == {4: REORDERED, 1: PLAIN}
+        assert paying.kernels[4, threads][1] is ReorderedWeights.get(linear)
     assert any(line.startswith("64x32 float32") for line in ReorderTimings.summary())
     ReorderedWeights.clear()
 
@@ -637,12 +640,12 @@ def test_the_buckets_of_a_call_are_measured_with_one_reordered_copy(monkeypatch)
     monkeypatch.setattr(cpu_kernels, "reorder_weight", lambda weight: reorders.append(weight) or reorder(weight))
     monkeypatch.setattr(ReorderTimings, "products", {})
     with torch.inference_mode():
-        ReorderTimings.measure(weight, [1, 2, 5, 33, 64])
+        ReorderTimings.measure(weight, [1, 2, 5, 33, 64], threads=1)
         assert len(reorders) == 1
         assert sorted(key[-1] for key in ReorderTimings.products) == [1, 2, 8, 64]
         assert all(REORDERED in timings for key, timings in ReorderTimings.products.items() if key[-1] > 1)
-        ReorderTimings.measure(weight, [3, 64])
-        ReorderTimings.product(weight, 40)
+        ReorderTimings.measure(weight, [3, 64], threads=1)
+        ReorderTimings.product(weight, 40, threads=1)
         assert len(reorders) == 2 and sorted(key[-1] for key in ReorderTimings.products) == [1, 2, 4, 8, 64]
 
 
@@ -656,8 +659,8 @@ def test_a_kept_reordered_weight_gives_way_only_to_a_clearly_faster_kernel(monke
     """Timings of kernels this close flip between processes: another kernel replaces the reordered weight only where
     it measured `SWITCH_MARGIN` faster, so that every process makes the same choice."""
     weight = torch.zeros(64, 32)
-    monkeypatch.setitem(ReorderTimings.products, (64, 32, torch.float32, torch.get_num_threads(), 8), timings)
-    assert ReorderTimings.kernel(weight, 5) == expected
+    monkeypatch.setitem(ReorderTimings.products, (64, 32, torch.float32, 2, 8), timings)
+    assert ReorderTimings.kernel(weight, 5, threads=2) == expected
 
 
 def test_reordered_copies_are_kept_checked_and_freed():
@@ -1280,3 +1283,34 @@ def test_run_rows_pads_to_a_multiple_of_rows_and_drops_the_padding(fresh_thread_
             torch.testing.assert_close(result, linear(rows))
     assert all(rows % cpu_kernels.ROW_MULTIPLE == 0 for rows in seen), seen
     assert sorted(key[2] for key in cpu_kernels.StepThreads.same_bits) == [8, 16]
+
+
+def test_a_call_measures_every_thread_count_its_steps_may_run_with_before_them(monkeypatch):
+    """Each count a step may run with (torch's, and one thread where torch's is more) is measured as the call begins,
+    so that no later call, a try of one thread or of two directions at once, measures inside its timed steps; and
+    two directions measuring the same weight shape at once measure each bucket once."""
+    measured = []
+    measure = ReorderTimings._measure.__func__
+
+    def counted(cls, weight, reordered, blocked, rows):
+        measured.append((rows, torch.get_num_threads()))
+        time.sleep(0.05)  # long enough for the other thread to ask for the same buckets meanwhile
+        return measure(cls, weight, reordered, blocked, rows)
+
+    monkeypatch.setattr(ReorderTimings, "_measure", classmethod(counted))
+    monkeypatch.setattr(ReorderTimings, "products", {})
+    linear = nn.Linear(16, 64, bias=False)
+    with torch.inference_mode(), cpu_kernels.torch_threads(2):
+        recurrent = RecurrentLinear(linear, row_counts=[3, 3, 1])
+        assert sorted(measured) == [(1, 1), (1, 2), (4, 1), (4, 2)]
+        assert set(recurrent.kernels) == {(3, 2), (3, 1), (1, 2), (1, 1)}
+        for threads in (1, 2):
+            with cpu_kernels.torch_threads(threads):
+                inputs = torch.randn(3, 16)
+                assert torch.equal(recurrent(inputs), cpu_kernels.recurrent_product(inputs, linear.weight, None))
+        measured.clear()
+        weight = torch.randn(64, 24)
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda _: ReorderTimings.measure(weight, [2, 5], threads=1), range(2)))
+        assert sorted(measured) == [(2, 1), (8, 1)]
+    ReorderedWeights.clear()
