@@ -1003,7 +1003,7 @@ class DirectionsAtOnce:
     (ten fresh processes at batch 64 ran 756-803 words/s at once, 795-826 in turn). Hence: a kind of layer starts at
     once where the machine looks busy (`first_count`), in turn otherwise; every so often (`FIRST_TRY` layer calls,
     doubling up to `LONGEST_INTERVAL` while the choice holds) `TRIAL_CALLS` calls run the other way, kept if 5%
-    faster per step. The first call of a kind is not timed (it builds reordered weights).
+    faster per step. The first call of a kind is not timed (it measures the kernels and builds reordered weights).
 
     The bits are those of torch's count either way: one thread runs a kind of step only where `StepThreads` found it
     gives the same bits. With one torch thread there is no second one to run a direction in: in turn.
