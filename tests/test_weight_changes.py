@@ -21,7 +21,7 @@ def inputs(tokenizer):
 def kept_copies(monkeypatch):
     """Every cell's call takes the kept reordered copies of its weights (whatever the timings say), so each test
     checks that a kept copy never goes stale."""
-    monkeypatch.setattr(ReorderTimings, "saving", classmethod(lambda cls, weight, rows: 1.0))
+    monkeypatch.setattr(ReorderTimings, "saving", classmethod(lambda cls, weight, rows, threads: 1.0))
     calls = []
     copies = ReorderedWeights.copies
     monkeypatch.setattr(
