@@ -111,6 +111,35 @@ def test_threads_benchmark_times_each_batch_with_the_picked_count_and_one_thread
         assert "Traceback" not in refused.stderr
 
 
+def test_bound_benchmark_replays_the_products_of_a_pass_phase_by_phase():
+    """The recorded pass's products and cell updates, replayed by phase: a layer's directions at once replay in two
+    threads, in turn in one; the token layer (phase 0) in one; the phases' calls add up to the recorded ones, and the
+    bounds are the words over the replays' seconds."""
+    for directions, layer_threads in (("at-once", "2 ("), ("in-turn", "1 (")):
+        output = run_output(
+            "bench_bound.py",
+            *f"--model small --batch-size 2 --sentences 4 --threads 2 --passes 1 --replays 1 --directions {directions}"
+            .split(),
+        )
+        (row, *_), phases = table_rows(output), table_rows(output.split("\n\n", 1)[1])
+        assert row["batch"] == "2" and float(row["words/s, passes (median)"]) > 0
+        words = float(row["words/s, passes (median)"]) * float(row["pass s"])
+        for seconds, bound in (("products alone s", "bound words/s, products"),
+                               ("with cell updates s", "bound words/s, with cell updates")):
+            assert abs(words / float(row[seconds]) - float(row[bound])) <= 0.01 * float(row[bound]) + 0.1
+        recorded = output.split("recorded pass: ")[1].split(",")
+        assert sum(int(phase["products"]) for phase in phases) == int(recorded[0].split()[0])
+        assert sum(int(phase["cell updates"]) for phase in phases) == int(recorded[1].split()[0])
+        layers = [phase for phase in phases if int(phase["cell updates"])]
+        assert [int(phase["phase"]) for phase in layers] == [1, 3, 5, 7]  # two batches of two layers
+        assert all(phase["recorded threads (torch threads of each)"].startswith(layer_threads) for phase in layers)
+        assert phases[0]["phase"] == "0" and phases[0]["recorded threads (torch threads of each)"].startswith("1 (")
+    refused = subprocess.run([sys.executable, str(BENCHMARKS / "bench_bound.py"), "--replays", "0"],
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "--replays must be at least 1" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
 def test_recurrent_step_benchmark_compares_every_variant_with_the_cpu_kernel():
     rows = run_script("bench_recurrent_step.py", *"--model small --rows 2 --steps 2 --repeats 1".split())
     assert [row["variant"] for row in rows] == [
