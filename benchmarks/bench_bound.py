@@ -7,13 +7,14 @@ Issue 24 asks, where 3x AllenNLP cannot be reached on a kind of CPU, for the num
 them from the model itself: it times passes over `bench_inference.py`'s corpus (float32, the CPU kernels as
 dispatched, `--threads` torch threads), then records one more pass, every matrix product (`onednn_linear`,
 `BlockedRows.product`: the token layer's, the input-to-gate and the recurrent ones) and every cell update
-(`lstm_cell_update`) with the thread that made it, its torch thread count, its shapes and the weight it read, and
-replays them without anything else: phase by phase (before, within and after each biLSTM layer), the calls of each
-thread of a phase in that thread's order, the threads of a phase at once (two directions at once replay side by
-side), inputs drawn at random (a product's time does not depend on its values). The best of `--replays` replays
-gives the products' seconds a pass, alone and with the cell updates: words per second that no pass can exceed with
-these kernels, and the share of it the passes reached. The recorded threads keep their thread counts; everything
-else a pass does (copies, masks, the choice of kernels and counts, Python) is left out.
+(`lstm_cell_update`) with the thread that made it, that thread's torch thread count, its shapes and the weight it
+read, and replays them without anything else: phase by phase (before, within and after each biLSTM layer), each
+recorded thread's calls in its order (the main thread's here, a worker's in a thread kept for it), the threads of a
+phase started together (two directions at once replay side by side), on slices of random inputs (a product's time
+does not depend on its values; warm slices can only make the replay faster). The best of `--replays` replays gives
+the products' seconds a pass, alone and with the cell updates: words per second that no pass can exceed with these
+kernels and thread counts, and the share of it the passes reached. Everything else a pass does (copies, masks, the
+choice of kernels and counts, Python) is left out.
 """
 
 import argparse
@@ -23,6 +24,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
@@ -41,8 +43,8 @@ from elmo_hf.modeling_elmo import ElmoLstmLayer
 @dataclass
 class Call:
     """One recorded call: `kind` "product" (`onednn_linear` or `BlockedRows.product`) or "cell" (`lstm_cell_update`),
-    made by `thread` with `threads` torch threads within `phase`; its tensors' shapes (a shape with `None` rows is
-    one row expanded, as `recurrent_product` passes a single row), and for a product the weight and bias it read."""
+    made by `thread` with `threads` torch threads within `phase`; its two tensors' `shape_of` (inputs and addend, or
+    gates and cell), and for a product the weight and bias it read."""
 
     kind: str
     thread: int
@@ -57,7 +59,8 @@ class Call:
 
 
 def shape_of(tensor: torch.Tensor | None) -> tuple | None:
-    """`(rows, width, expanded)` of a 2-D tensor (expanded: one row repeated, stride 0), None for None."""
+    """`(rows, width, expanded)` of a 2-D tensor (expanded: one row repeated with stride 0, as `recurrent_product`
+    passes a single row), None for None."""
     if tensor is None:
         return None
     return tensor.shape[0], tensor.shape[1], tensor.shape[0] > 1 and tensor.stride(0) == 0
@@ -122,8 +125,10 @@ class Replay:
         generator = torch.Generator().manual_seed(0)
         # One random block per width, sliced for each call: inputs, addends, gates and cells.
         self.pools = {width: torch.randn(count, width, generator=generator) for width, count in rows.items()}
+        self.workers: dict[int, ThreadPoolExecutor] = {}
 
     def tensor(self, shape: tuple | None) -> torch.Tensor | None:
+        """A slice of the pool of `shape`'s width with `shape`'s rows (one row expanded where it was)."""
         if shape is None:
             return None
         rows, width, expanded = shape
@@ -131,6 +136,7 @@ class Replay:
         return pool[:1].expand(rows, width) if expanded else pool[:rows]
 
     def execute(self, call: Call) -> None:
+        """Runs `call`'s function as it was called, on pool slices of its shapes."""
         first, second = (self.tensor(shape) for shape in call.shapes)
         if call.kind == "cell":
             call.run(first, second, call.clip)
@@ -140,34 +146,35 @@ class Replay:
             call.run(first, call.weight, call.bias, second)
 
     def phase_seconds(self, calls: list[Call]) -> float:
-        """Seconds of `calls` (one phase), each thread's in its order in a thread of its own, all started at once."""
+        """Seconds of `calls` (one phase), each recorded thread's in its order: the calling thread's here (the pass's
+        main thread made them), each other's in a worker thread of its own kept across phases and replays (its
+        OpenMP threads made once, as the pass's worker thread keeps them), all started at once."""
         by_thread: dict[int, list[Call]] = defaultdict(list)
         for call in calls:
             by_thread[call.thread].append(call)
+        own = by_thread.pop(threading.get_ident(), [])
         start = threading.Barrier(len(by_thread) + 1)
-        errors: list[BaseException] = []
 
-        def work(own: list[Call]) -> None:
-            try:
-                with torch.inference_mode():
-                    start.wait()
-                    for call in own:
-                        if torch.get_num_threads() != call.threads:
-                            torch.set_num_threads(call.threads)
-                        self.execute(call)
-            except BaseException as error:  # reported by the caller
-                errors.append(error)
+        def work(calls: list[Call]) -> None:
+            with torch.inference_mode():
+                start.wait()
+                for call in calls:
+                    if torch.get_num_threads() != call.threads:
+                        torch.set_num_threads(call.threads)
+                    self.execute(call)
 
-        workers = [threading.Thread(target=work, args=(own,)) for own in by_thread.values()]
-        for worker in workers:
-            worker.start()
-        start.wait()
+        futures = [self.worker(thread).submit(work, calls) for thread, calls in by_thread.items()]
         began = time.perf_counter()
-        for worker in workers:
-            worker.join()
-        if errors:
-            raise errors[0]
+        work(own)
+        for future in futures:
+            future.result()
         return time.perf_counter() - began
+
+    def worker(self, thread: int) -> ThreadPoolExecutor:
+        """The worker thread that replays the calls of the recorded thread `thread`."""
+        if thread not in self.workers:
+            self.workers[thread] = ThreadPoolExecutor(1)
+        return self.workers[thread]
 
     def seconds(self, kinds: set[str]) -> dict[int, float]:
         """{phase: seconds} of the calls of `kinds`, phases in order."""
@@ -227,6 +234,8 @@ def main() -> int:
     replay = Replay(recorder.calls)
     products = [replay.seconds({"product"}) for _ in range(args.replays)]
     with_cells = [replay.seconds({"product", "cell"}) for _ in range(args.replays)]
+    for worker in replay.workers.values():
+        worker.shutdown()
     products_seconds = min(sum(phases.values()) for phases in products)
     with_cells_seconds = min(sum(phases.values()) for phases in with_cells)
     measured = statistics.median(passes)
