@@ -201,6 +201,8 @@ def main() -> int:
     for name in ("batch_size", "sentences", "threads", "passes", "replays"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.directions != "picked" and args.threads < 2:
+        parser.error("--directions at-once or in-turn needs --threads 2 or more (one thread runs them in turn)")
     torch.set_num_threads(args.threads)
     model = build_model(ElmoConfig(**ARCHITECTURES[args.model]), "auto", torch.float32, torch.device("cpu"))
     sentences = synthetic_corpus(args.sentences)

@@ -134,10 +134,11 @@ def test_bound_benchmark_replays_the_products_of_a_pass_phase_by_phase():
         assert [int(phase["phase"]) for phase in layers] == [1, 3, 5, 7]  # two batches of two layers
         assert all(phase["recorded threads (torch threads of each)"].startswith(layer_threads) for phase in layers)
         assert phases[0]["phase"] == "0" and phases[0]["recorded threads (torch threads of each)"].startswith("1 (")
-    refused = subprocess.run([sys.executable, str(BENCHMARKS / "bench_bound.py"), "--replays", "0"],
-                             capture_output=True, text=True, timeout=600)
-    assert refused.returncode == 2 and "--replays must be at least 1" in refused.stderr
-    assert "Traceback" not in refused.stderr
+    for bad, said in (("--replays 0", "--replays must be at least 1"),
+                      ("--threads 1 --directions at-once", "needs --threads 2 or more")):
+        refused = subprocess.run([sys.executable, str(BENCHMARKS / "bench_bound.py"), *bad.split()],
+                                 capture_output=True, text=True, timeout=600)
+        assert refused.returncode == 2 and said in refused.stderr and "Traceback" not in refused.stderr, bad
 
 
 def test_recurrent_step_benchmark_compares_every_variant_with_the_cpu_kernel():
