@@ -59,13 +59,41 @@ def read_file(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
 
 
 def assert_same_file(actual: Path, expected: Path):
+    """The two files hold the same sentences, and vectors that agree as the originals' own test asks; on failure,
+    every line that disagrees is described (`disagreement`), not only the first."""
     actual_vectors, actual_index = read_file(actual)
     expected_vectors, expected_index = read_file(expected)
     assert actual_index == expected_index
     assert sorted(actual_vectors) == sorted(expected_vectors)
     for name, vectors in expected_vectors.items():
         assert actual_vectors[name].shape == vectors.shape and actual_vectors[name].dtype == vectors.dtype, name
-        np.testing.assert_allclose(actual_vectors[name], vectors, atol=1e-6, rtol=1e-5, err_msg=name)
+    disagreements = [
+        disagreement(name, actual_vectors[name], vectors)
+        for name, vectors in expected_vectors.items()
+        if not np.allclose(actual_vectors[name], vectors, atol=1e-6, rtol=1e-5)
+    ]
+    assert not disagreements, f"{len(disagreements)} lines disagree:\n" + "\n".join(disagreements)
+
+
+def disagreement(name: str, actual: np.ndarray, expected: np.ndarray) -> str:
+    """Where line `name`'s vectors `(layers, words, dim)` (or `(words, dim)`) leave the tolerance: for each layer and
+    half of the vector ([forward; backward]), the words outside it, how many values and the largest difference. A rare
+    disagreement is told apart by its place (one direction from one step on, or everything)."""
+    labels = [f"layer {layer}" for layer in range(actual.shape[0])] if actual.ndim == 3 else ["vectors"]
+    actual, expected = (np.atleast_3d(array.T).T for array in (actual, expected))  # (layers, words, dim)
+    outside = ~np.isclose(actual, expected, atol=1e-6, rtol=1e-5)
+    half = actual.shape[-1] // 2
+    places = []
+    for layer, label in enumerate(labels):
+        for direction, columns in (("forward", slice(None, half)), ("backward", slice(half, None))):
+            words = np.flatnonzero(outside[layer, :, columns].any(-1))
+            if words.size:
+                largest = np.abs(actual[layer, :, columns] - expected[layer, :, columns]).max()
+                places.append(
+                    f"{label} {direction}: words {words.min()}-{words.max()} of {actual.shape[1]}, "
+                    f"{int(outside[layer, :, columns].sum())} values, largest difference {largest:.3g}"
+                )
+    return f"line {name}: " + "; ".join(places)
 
 
 def model_layers(model_dir: Path, sentence: list[str]) -> np.ndarray:
