@@ -107,6 +107,48 @@ def bfloat16_supported() -> bool:
     return native and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
+class VectorMath:
+    """MKL's vector math (VML), which computes torch's float32 and float64 element-wise `FUNCTIONS` on x86 (`tanh`
+    of every LSTM step among them), made ready in a process before two threads can call it.
+
+    oneMKL 2024.2, the MKL of torch 2.13's x86 wheels, picks each of these functions' kernels (instruction set and
+    accuracy) at its first call in the process, and first calls made by two threads at the same time can give one
+    of them, for a while, another kernel than the accurate one torch asks for: seen here in a fresh process whose
+    first layer ran its two directions at once (`DirectionsAtOnce`), where five time steps of the forward direction
+    took `tanh` from MKL's AVX2 "enhanced performance" kernel (bit for bit: relative errors up to 5.2e-5, against
+    one rounding otherwise), and the layer's vectors moved by up to 3.7e-5; a product's OpenMP threads calling the
+    function on their parts of a large tensor are exposed the same way. `resolve` calls each function once on one
+    element of each dtype, in the calling thread, before anything else of ELMo runs in the process
+    (`kernels_elmo.choose_implementation` asks first); 2-9 ms once.
+    """
+
+    # torch's functions whose float32 and float64 kernels call VML in its x86 builds (here each gave the bits of VML's
+    # accurate kernel on 4,096 values of each dtype).
+    FUNCTIONS = (
+        "acos", "asin", "atan", "cos", "erf", "erfc", "erfinv", "exp", "log", "log10", "log2", "sin", "sqrt", "tan",
+        "tanh", "trunc",
+    )  # fmt: skip
+    _ready = False
+    _lock = threading.Lock()
+
+    @classmethod
+    def resolve(cls) -> None:
+        """Calls each of `FUNCTIONS` once on one element of float32 and of float64, the first time it is asked in the
+        process (a forked child inherits the state); other threads asking meanwhile wait for it. Not while a torch
+        function or dispatch mode is active (a `torch.device("meta")` block, fake tensors), where the calls would not
+        reach MKL: a later call does it."""
+        if cls._ready or torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+            return
+        with cls._lock, torch.inference_mode():
+            if cls._ready:
+                return
+            for dtype in (torch.float32, torch.float64):
+                value = torch.full((1,), 0.5, dtype=dtype, device="cpu")
+                for name in cls.FUNCTIONS:
+                    getattr(torch, name)(value)
+            cls._ready = True
+
+
 def supports(request: KernelRequest) -> bool:
     """The kernels' capability: inference (no autograd recording, not traced) on a packed batch, on a CPU with oneDNN,
     in float32, or in bfloat16 where `bfloat16_supported`."""
@@ -1536,6 +1578,7 @@ __all__ = [
     "RecurrentLinear",
     "ReorderTimings",
     "ReorderedWeights",
+    "VectorMath",
     "bfloat16_supported",
     "directions_at_once",
     "encode_words",

@@ -31,6 +31,10 @@ faster implementation:
    autograd recording, layout): capability first, so a kernel runs only where this machine can run it, and the
    answer depends on nothing but the call and the machine, the same in every process.
 
+Before it decides anything, the dispatcher makes MKL's vector math ready in the process (`VectorMath.resolve`, once,
+in the calling thread): two threads calling one of its functions for the first time at once can get a kernel of
+another accuracy.
+
 Where the reference is taken within a forward, it runs with torch's thread count, whatever count the CPU kernels'
 steps before it left (`StepThreads.scope` holds that count for the cheap work between steps): a reference's bits
 depend on the call alone.
@@ -48,6 +52,7 @@ from torch.nn.utils import parametrize
 
 from .cpu_kernels import (
     StepThreads,
+    VectorMath,
     directions_at_once,
     encode_words,
     lstm_with_projection,
@@ -191,6 +196,9 @@ def choose_implementation(
     """The dispatcher: the function of `table` that computes `module`'s call on `tensors` (its inputs; `module`'s
     parameters are checked too) over a packed or padded batch. See the module docstring for the rules."""
     tracing, submodules = traced(), list(module.modules())
+    if not tracing:
+        # Before anything of ELMo runs in the process, and before two threads can (`VectorMath`).
+        VectorMath.resolve()
     reference = table["reference"].function
     if not tracing and (
         module.config.elmo_implementation != "auto" or not runs_as_written(module, tensors, submodules)

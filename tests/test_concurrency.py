@@ -114,6 +114,49 @@ def test_the_cpu_kernels_and_directions_at_once_engage(kernels, monkeypatch):
     assert cpu_kernels.DirectionsAtOnce._worker is not None
 
 
+def test_first_forwards_make_mkl_vector_math_ready_before_anything_calls_it(kernels, monkeypatch):
+    """Two threads' first forwards at once (each model running its directions at once, a worker thread each time):
+    before any of the models' own calls of a function of MKL's vector math (`cpu_kernels.VectorMath`: two threads
+    calling one for the first time at once can get a kernel of another accuracy, as a fresh process once did here),
+    one thread has called each of its functions once on one float32 and one float64 element; nothing does again."""
+    monkeypatch.setattr(cpu_kernels.VectorMath, "_ready", False)
+    calls = []
+    for name in cpu_kernels.VectorMath.FUNCTIONS:
+
+        def recording(tensor, *args, name=name, original=getattr(torch, name), **kwargs):
+            calls.append((name, tensor.dtype, tensor.numel(), threading.current_thread().name))
+            return original(tensor, *args, **kwargs)
+
+        monkeypatch.setattr(torch, name, recording)
+    models = [mid_model(0), mid_model(1)]
+
+    def first_forward(model) -> None:
+        with torch.inference_mode():
+            model(CASES[2])
+
+    in_threads(*[lambda model=model: first_forward(model) for model in models], workers=2)
+    resolving = calls[0][3]
+    functions = cpu_kernels.VectorMath.FUNCTIONS
+    ready = [(name, dtype, 1, resolving) for dtype in (torch.float32, torch.float64) for name in functions]
+    assert calls[: len(ready)] == ready
+    models_calls = calls[len(ready) :]
+    assert {(name, dtype) for name, dtype, *_ in models_calls} == {("tanh", torch.float32)}  # the LSTM steps'
+    assert {thread for *_, thread in models_calls} > {resolving}  # the other thread and the workers came after
+    assert any(thread.startswith("elmo-hf-direction") for *_, thread in models_calls)
+    assert cpu_kernels.VectorMath._ready and not cpu_kernels.VectorMath._lock.locked()
+
+
+def test_vector_math_waits_for_a_forward_outside_torch_modes(monkeypatch):
+    """Under a torch function mode (a `torch.device("meta")` block) the calls would not reach MKL: `resolve` leaves
+    the vector math for a later call."""
+    monkeypatch.setattr(cpu_kernels.VectorMath, "_ready", False)
+    with torch.device("meta"):
+        cpu_kernels.VectorMath.resolve()
+    assert not cpu_kernels.VectorMath._ready
+    cpu_kernels.VectorMath.resolve()
+    assert cpu_kernels.VectorMath._ready
+
+
 @pytest.mark.parametrize("mode", [torch.inference_mode, torch.no_grad])
 def test_threads_sharing_a_model_get_the_bits_of_each_call_alone(kernels, mode):
     model = mid_model()
