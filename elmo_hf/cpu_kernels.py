@@ -134,19 +134,19 @@ class VectorMath:
     @classmethod
     def resolve(cls) -> None:
         """Calls each of `FUNCTIONS` once on one element of float32 and of float64, the first time it is asked in the
-        process (a forked child inherits the state); other threads asking meanwhile wait for it. Not while a torch
-        function or dispatch mode is active (a `torch.device("meta")` block, fake tensors), where the calls would not
-        reach MKL: a later call does it."""
-        if cls._ready or torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+        process (a forked child inherits the state); other threads asking meanwhile wait for it. Under a mode that
+        keeps the calls from computing (fake tensors), a later call does it."""
+        if cls._ready:
             return
         with cls._lock, torch.inference_mode():
             if cls._ready:
                 return
-            for dtype in (torch.float32, torch.float64):
-                value = torch.full((1,), 0.5, dtype=dtype, device="cpu")
-                for name in cls.FUNCTIONS:
-                    getattr(torch, name)(value)
-            cls._ready = True
+            results = [
+                getattr(torch, name)(torch.full((1,), 0.5, dtype=dtype, device="cpu"))
+                for dtype in (torch.float32, torch.float64)
+                for name in cls.FUNCTIONS
+            ]
+            cls._ready = all(type(result) is torch.Tensor and result.device.type == "cpu" for result in results)
 
 
 def supports(request: KernelRequest) -> bool:

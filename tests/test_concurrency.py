@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 from conftest import tiny_config
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from elmo_hf import ElmoForTokenClassification, ElmoModel, ElmoTokenizer, cpu_kernels, modeling_elmo
 from elmo_hf.pipeline_elmo import ElmoFeatureExtractionPipeline, ElmoTokenClassificationPipeline
@@ -146,14 +147,15 @@ def test_first_forwards_make_mkl_vector_math_ready_before_anything_calls_it(kern
     assert cpu_kernels.VectorMath._ready and not cpu_kernels.VectorMath._lock.locked()
 
 
-def test_vector_math_waits_for_a_forward_outside_torch_modes(monkeypatch):
-    """Under a torch function mode (a `torch.device("meta")` block) the calls would not reach MKL: `resolve` leaves
-    the vector math for a later call."""
+def test_vector_math_is_ready_only_after_calls_that_computed(monkeypatch):
+    """Under fake tensors the calls compute nothing: `resolve` leaves the vector math for a later call. A default
+    device of another kind (a `torch.device("meta")` block) does not stop it: the calls name the CPU."""
     monkeypatch.setattr(cpu_kernels.VectorMath, "_ready", False)
-    with torch.device("meta"):
+    with FakeTensorMode():
         cpu_kernels.VectorMath.resolve()
     assert not cpu_kernels.VectorMath._ready
-    cpu_kernels.VectorMath.resolve()
+    with torch.device("meta"):
+        cpu_kernels.VectorMath.resolve()
     assert cpu_kernels.VectorMath._ready
 
 
