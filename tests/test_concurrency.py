@@ -116,10 +116,11 @@ def test_the_cpu_kernels_and_directions_at_once_engage(kernels, monkeypatch):
 
 
 def test_first_forwards_make_mkl_vector_math_ready_before_anything_calls_it(kernels, monkeypatch):
-    """Two threads' first forwards at once (each model running its directions at once, a worker thread each time):
-    before any of the models' own calls of a function of MKL's vector math (`cpu_kernels.VectorMath`: two threads
-    calling one for the first time at once can get a kernel of another accuracy, as a fresh process once did here),
-    one thread has called each of its functions once on one float32 and one float64 element; nothing does again."""
+    """Two threads' first forwards at once, each model running its directions at once (the shared worker thread
+    taking the backward ones): before any of the models' own calls of a function of MKL's vector math
+    (`cpu_kernels.VectorMath`: two threads calling one for the first time at once can get a kernel of another
+    accuracy, as a fresh process once did here), one thread has called each of its functions once on one float32 and
+    one float64 element; nothing does again."""
     monkeypatch.setattr(cpu_kernels.VectorMath, "_ready", False)
     calls = []
     for name in cpu_kernels.VectorMath.FUNCTIONS:
