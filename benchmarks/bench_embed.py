@@ -61,7 +61,8 @@ def parse_args() -> argparse.Namespace:
 
 class StandIn(nn.Module):
     """The outputs of `config`'s architecture for any batch, views of tensors made once (grown when a batch is larger
-    than all before it): a model that costs nothing."""
+    than all before it) on the stand-in's device: a model that costs nothing. Moved to a GPU, its outputs are where
+    a real model's are, so that the command gathers, checks and copies them to the host as it does a real model's."""
 
     def __init__(self, config):
         super().__init__()
@@ -75,7 +76,8 @@ class StandIn(nn.Module):
         batch_size, length = attention_mask.shape
         if not self.layers or batch_size > self.layers[0].shape[0] or length > self.layers[0].shape[1]:
             shape = (max(batch_size, 256), max(length, 128), 2 * self.config.projection_dim)
-            self.layers = [torch.full(shape, 0.25) for _ in range(self.config.num_layers + 1)]
+            device = self.weight.device
+            self.layers = [torch.full(shape, 0.25, device=device) for _ in range(self.config.num_layers + 1)]
         layers = tuple(layer[:batch_size, :length] for layer in self.layers)
         return BaseModelOutput(last_hidden_state=layers[-1], hidden_states=layers)
 

@@ -40,14 +40,14 @@ What it prints:
 - `elmo-hf embed` (`embed_corpus`, through part files and a merge) over `--embed-sentences` synthetic lines at
   `--embed-batch-size`, the model loaded from a saved folder in float32 and in bfloat16 (issue 25's goal 3), storing
   the command's default (all layers as float32 vectors, 12 KiB a word of the original) and the top layer as float16
-  (2 KiB a word): words/s of the run (first line read to last part written) and of the whole call, the
-  seconds loading the weights took, the seconds before the first batch reached the model (counting lines, the
-  model's fingerprint, reading and encoding the first batch) and the first batch's own (compiling and capturing
-  included), the CPU time of the run's reader, main and writer threads and of its writer processes as shares of
-  the run (`EmbedSummary.thread_seconds`), and the CUDA graphs captured during the call with the host's seconds in
-  them; then the same with `bench_embed.py`'s stand-in, a model that costs nothing: the command's ceiling on this
-  machine's host side, with the writer processes the command chooses for this host and with the writer thread alone
-  (`--writers 0`);
+  (2 KiB a word; `--embed-outputs` picks either): words/s of the run (first line read to last part written) and of the
+  whole call, the seconds loading the weights took, the seconds before the first batch reached the model (counting
+  lines, the model's fingerprint, reading and encoding the first batch) and the first batch's own (compiling and
+  capturing included), the CPU time of the run's reader, main and writer threads and of its writer processes as shares
+  of the run (`EmbedSummary.thread_seconds`), and the CUDA graphs captured during the call with the host's seconds in
+  them; then the same with `bench_embed.py`'s stand-in, a model that costs nothing (its outputs on the GPU, as a
+  model's are): the command's ceiling on this machine's host side, with the writer processes the command chooses for
+  this host and with the writer thread alone (`--writers 0`);
 - exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
   dispatched, float32 through the reference modules, bfloat16 and float32 on the export path; whether each of them
@@ -99,7 +99,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # exactness: against float64, and the Triton recurrences; profile: kernels launched and where the GPU's time goes
 SECTIONS = ("inference", "training", "embed", "exactness", "profile")
 # What the embed rows store (`--layers`, `--dtype`): the command's default, and the top layer in float16.
-EMBED_OUTPUTS = (("all", "float32"), ("top", "float16"))
+EMBED_OUTPUTS = ("all-float32", "top-float16")  # layers-dtype
 VOCABULARY_SIZE = 10_002
 
 
@@ -135,7 +135,7 @@ def bandwidth_gbs(device: torch.device, num_bytes: int) -> float:
 
 def host_copy_gbs(device: torch.device, num_bytes: int, pinned: bool) -> float:
     """Bytes per second of a copy of `num_bytes` from `device` to host memory, page-locked or pageable (how the embed
-    command's vectors leave the GPU: `embed.host_copy`)."""
+    command's vectors leave the GPU: `embed.gather_vectors`)."""
     source = torch.ones(num_bytes // 4, device=device)
     target = torch.empty(source.shape, pin_memory=pinned)
     return num_bytes / seconds_of(lambda: target.copy_(source), device, repeats=5) / 1e9
@@ -323,12 +323,12 @@ def embed_rows(args, device: torch.device) -> Iterator[str]:
         for build, (dtype, writers) in builds.items():
             start = time.perf_counter()
             if dtype is None:
-                model = StandIn(config)
+                model = StandIn(config).to(device)
             else:
                 model = ElmoModel.from_pretrained(folder).to(device, dtype)
             synchronize(device)
             loading = time.perf_counter() - start
-            for layers, vectors_dtype in EMBED_OUTPUTS:
+            for layers, vectors_dtype in (output.split("-") for output in args.embed_outputs):
                 timed = FirstCall(model.eval(), device).eval()
                 captures, capturing = CountedGraphs.captures, CountedGraphs.seconds
                 start = time.perf_counter()
@@ -516,7 +516,7 @@ def profile_rows(args, device: torch.device) -> Iterator[str]:
             lambda model=model: model(**inputs), True
         )
         calls[f"inference {str(dtype).removeprefix('torch.')}, batch {args.profile_batch_size}, ids on the GPU"] = (
-            lambda model=model: model(**inputs.to(device)), True
+            lambda model=model: model(**{key: value.to(device) for key, value in inputs.items()}), True
         )
     architecture, batch_size = args.train_architectures[-1], args.train_batch_sizes[-1]
     training_config = ElmoConfig(**PRESETS[architecture], word_vocab_size=VOCABULARY_SIZE, pretraining_dropout=0.0)
@@ -592,6 +592,10 @@ def main() -> int:
     parser.add_argument("--train-steps", type=int, default=5, help="timed training steps per build (median)")
     parser.add_argument("--embed-sentences", type=int, default=4096, help="lines of the embed rows")
     parser.add_argument("--embed-batch-size", type=int, default=256)
+    parser.add_argument(
+        "--embed-outputs", nargs="+", choices=EMBED_OUTPUTS, default=list(EMBED_OUTPUTS),
+        help="what the embed rows store: layers-dtype",
+    )
     parser.add_argument(
         "--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
         help="what to measure after the limits (default: all; a subset splits a run over calls of a time limit)",

@@ -181,10 +181,13 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
         "elmo-hf", "elmo-hf reference", "cuDNN nn.LSTM without TF32", "cuDNN nn.LSTM"
     ]
     embed_builds = ["elmo-hf float32", "elmo-hf bfloat16", "stand-in, 0 writer processes", "stand-in, writer thread"]
-    sections = [*script, *smoke.split(), "--sections", "embed"]
+    sections = [*script, *smoke.split(), "--sections", "embed", "--embed-outputs", "top-float16"]
     only = subprocess.run(sections, capture_output=True, text=True, timeout=600)
     assert only.returncode == 0 and "elmo-hf embed (embed_corpus)" in only.stdout
     assert "inference," not in only.stdout and "training step" not in only.stdout and "max abs" not in only.stdout
+    table = [line for line in only.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    stored = [line.split("|")[2].strip() for line in table]
+    assert stored[1:] == ["top float16"] * len(embed_builds)  # after the header: one row a build, the output asked for
     embed = [[cell.strip() for cell in row] for row in rows if row[0].strip() in embed_builds]
     assert [row[:2] for row in embed] == [[build, vectors] for build in embed_builds
                                           for vectors in ("all float32", "top float16")]
