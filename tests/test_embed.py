@@ -24,6 +24,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from elmo_hf import ElmoModel, ElmoTokenizer
 from elmo_hf.cli import main
+from elmo_hf.corpus import embed as embed_module
 from elmo_hf.corpus.embed import (
     EmbedRunError,
     NonFiniteVectors,
@@ -229,6 +230,38 @@ def test_non_finite_vectors_stop_the_run_naming_the_lines(model_dir, tmp_path, c
         embed_corpus(source, tmp_path / "out.hdf5", model=(model, ElmoTokenizer.from_pretrained(model_dir)),
                      progress=False)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_the_next_batch_is_queued_before_the_last_ones_vectors_are_awaited(model_dir, tmp_path, monkeypatch):
+    """One batch in flight: the model gets batch N + 1 (the tokenizer's host tensors, which it reads where they are)
+    before batch N's vectors are awaited, so that a GPU computes N + 1 while N is copied and written; each batch is
+    awaited once, in order. A batch whose vectors are not finite is named as itself, though the next one was queued,
+    and the parts completed before it are kept."""
+    model = ElmoModel.from_pretrained(model_dir).eval()
+    events = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: events.append(("call", kwargs["input_ids"].device.type)), with_kwargs=True
+    )
+    awaited = embed_module.PendingVectors.result
+    monkeypatch.setattr(embed_module.PendingVectors, "result", lambda self: events.append(("await",)) or awaited(self))
+    source = write_lines(tmp_path / "in.txt", SENTENCES[:8])
+    pair = (model, ElmoTokenizer.from_pretrained(model_dir))
+    embed_corpus(source, tmp_path / "out.hdf5", model=pair, batch_size=2, progress=False)
+    assert events == [("call", "cpu"), ("call", "cpu"), ("await",), ("call", "cpu"), ("await",), ("call", "cpu"),
+                      ("await",), ("await",)]  # fmt: skip
+    calls = []
+
+    def poison_the_second_batch(module, args, kwargs, outputs):
+        calls.append(None)
+        if len(calls) == 2:
+            outputs.hidden_states[1][0, 0, 0] = math.nan
+
+    model.register_forward_hook(poison_the_second_batch, with_kwargs=True)
+    # the first batch's two lines are written (a part each), the second batch is named
+    message = r"non-finite vectors for a sentence among lines \d, \d; check the model; the 2 completed parts are kept"
+    with pytest.raises(EmbedRunError, match=message):
+        embed_corpus(source, tmp_path / "poisoned.hdf5", model=pair, batch_size=2, part_size=1, progress=False)
+    assert len(calls) == 3  # the third batch was queued before the second's vectors were awaited
 
 
 def test_default_split_and_standard_input(model_dir, tmp_path, monkeypatch):

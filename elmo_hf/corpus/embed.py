@@ -70,6 +70,7 @@ from ..conversion.convert import check_output_file
 from ..cpu_kernels import available_cores
 from ..errors import ElmoInputError, ElmoRunError, check_positive_integer, check_threads, is_whole
 from ..packaged_elmo import DEFAULT_MODEL, resolve_model_name
+from ..reference_elmo import to_device
 from .data import DECODING_ERRORS, decode_line, device_memory, through_link
 from .parts import (
     LINE_ATTR, SETTINGS_ATTR, GuardedFile, Part, ReadBackError, WriterError, WriterProcess, fsync_folder,
@@ -558,6 +559,35 @@ class Failure:
         self.error = error
 
 
+class PendingVectors:
+    """A batch's vectors on their way to the host (`gather_vectors`): `result()` waits for the copy, checks the
+    vectors and cuts them into one array per sentence. Until then the host is free to queue the next batch, so that
+    the device computes it while this one is copied and written.
+
+    Args:
+        host: `(sum of planes * words, dim)` the vectors, sentence after sentence (each sentence's planes in turn).
+        finite: a boolean scalar on the host, whether every vector is finite.
+        copied: a CUDA event recorded after both copies, or None where they are done.
+        shapes: each sentence's array shape, `(planes, words, dim)` or `(words, dim)`.
+    """
+
+    def __init__(self, host: torch.Tensor, finite: torch.Tensor, copied, shapes: list[tuple[int, ...]]):
+        self.host, self.finite, self.copied, self.shapes = host, finite, copied, shapes
+
+    def result(self) -> list[np.ndarray]:
+        """One array per sentence (as `sentence_vectors` returns them); raises NonFiniteVectors."""
+        if self.copied is not None:
+            self.copied.synchronize()
+        if not bool(self.finite):
+            raise NonFiniteVectors("non-finite vectors")
+        host, arrays, start = self.host.numpy(), [], 0
+        for shape in self.shapes:
+            rows = math.prod(shape[:-1])
+            arrays.append(host[start : start + rows].reshape(shape))
+            start += rows
+        return arrays
+
+
 @dataclass(frozen=True)
 class EmbedJob:
     """What one process reads and how it batches and writes (the options of `embed_corpus` that are not settings)."""
@@ -755,6 +785,9 @@ class EmbedRun:
         reader_thread.start()
         writer_thread.start()
         try:
+            # One batch in flight: the model reads the tokenizer's host tensors and its next batch is queued before
+            # the last one's vectors are awaited, so that a GPU computes while the host prepares and hands on.
+            pending: tuple[list[Sentence], PendingVectors, str] | None = None
             with torch.inference_mode():
                 while (item := get(batches, self.stop)) is not None:
                     if isinstance(item, Failure):
@@ -762,8 +795,12 @@ class EmbedRun:
                     if self.writer_error is not None:
                         break
                     batch, input_ids, attention_mask = item
-                    vectors = self.vectors(model, mix, input_ids.to(device), attention_mask.to(device), batch)
-                    put(results, ("vectors", batch, vectors), self.stop)
+                    launched = self.vectors(model, mix, input_ids, attention_mask, batch, device)
+                    if pending is not None:
+                        put(results, ("vectors", pending[0], self.finish(*pending[1:])), self.stop)
+                    pending = launched
+                if pending is not None and not self.stop.is_set():
+                    put(results, ("vectors", pending[0], self.finish(*pending[1:])), self.stop)
             put(results, None, self.stop)
             writer_thread.join()
         except BaseException as error:
@@ -801,7 +838,8 @@ class EmbedRun:
         return run
 
     def check_memory(
-        self, config, dtype: torch.dtype, input_ids: torch.Tensor, batch: list[Sentence], keys: str
+        self, config, dtype: torch.dtype, device: torch.device, input_ids: torch.Tensor, batch: list[Sentence],
+        keys: str,
     ) -> None:
         """Refuses a batch whose layers alone, `(num_layers + 1, batch, longest, 2 * projection_dim)` in the model's
         dtype, need more than all the memory of the device: its allocation could pass (memory is handed out as it is
@@ -811,7 +849,7 @@ class EmbedRun:
         needed = input_ids.shape[0] * input_ids.shape[1] * layer_bytes
         if memory is None or needed <= memory:
             return
-        gib = f"{memory / 2**30:.1f} GiB of {input_ids.device.type} memory"
+        gib = f"{memory / 2**30:.1f} GiB of {device.type} memory"
         longest = max(batch, key=lambda sentence: len(sentence.words))
         if len(longest.words) * layer_bytes > memory:
             raise EmbedRunError(
@@ -824,20 +862,28 @@ class EmbedRun:
             "lower --max-tokens or --batch-size"
         )
 
-    def vectors(self, model, mix, input_ids, attention_mask, batch: list[Sentence]) -> list[np.ndarray]:
-        """The requested layers of a batch as a float32 or float16 array per sentence (`sentence_vectors`)."""
+    def vectors(
+        self, model, mix, input_ids, attention_mask, batch: list[Sentence], device: torch.device
+    ) -> tuple[list[Sentence], PendingVectors, str]:
+        """Queues the model on a batch (the tokenizer's host tensors, which the model reads where they are) and the
+        requested layers' way to the host (`gather_vectors`): the batch, its pending vectors and its lines' numbers,
+        for `finish`."""
         keys = ", ".join(str(sentence.key + 1) for sentence in batch)
-        self.check_memory(model.config, next(model.parameters()).dtype, input_ids, batch, keys)
+        self.check_memory(model.config, next(model.parameters()).dtype, device, input_ids, batch, keys)
         try:
             outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
         except (RuntimeError, ValueError, MemoryError) as error:
             raise EmbedRunError(f"the model failed on the batch of lines {keys} ({describe(error)})") from error
         lengths = [len(sentence.words) for sentence in batch]
+        dtype = OUTPUT_DTYPES[self.settings["dtype"]]
+        pending = gather_vectors(outputs, attention_mask, lengths, self.settings["layers"], mix, dtype, True)
+        return batch, pending, keys
+
+    def finish(self, pending: PendingVectors, keys: str) -> list[np.ndarray]:
+        """A batch's vectors as a float32 or float16 array per sentence, once on the host and checked (`keys`: its
+        lines' numbers, for the error)."""
         try:
-            return sentence_vectors(
-                outputs, attention_mask, lengths, self.settings["layers"], mix, OUTPUT_DTYPES[self.settings["dtype"]],
-                page_locked=True,
-            )
+            return pending.result()
         except NonFiniteVectors:
             hint = "; check the model"
             if self.settings["dtype"] == "float16":
@@ -936,16 +982,52 @@ def merge_shards(output: str | os.PathLike, world_size: int | None = None, overw
 def select_layers(outputs, attention_mask: torch.Tensor, layers: str, mix) -> torch.Tensor:
     """The layers asked for (`LAYER_CHOICES`) from `ElmoModel`'s outputs, called with `output_hidden_states=True`:
     `(batch_size, num_layers + 1, sequence_length, dim)` for `"all"`, `(batch_size, sequence_length, dim)` otherwise
-    (`mix`, an `ElmoScalarMix`, for `"average"` and `"mix"`)."""
+    (`mix`, an `ElmoScalarMix`, for `"average"` and `"mix"`; the mask may be on the host, as the model takes it)."""
     if layers == "all":
         return torch.stack(outputs.hidden_states, dim=1)
     if layers == "top":
         return outputs.last_hidden_state
-    return mix(outputs.hidden_states, attention_mask)
+    return mix(outputs.hidden_states, to_device(attention_mask, outputs.last_hidden_state.device))
 
 
 class NonFiniteVectors(ValueError):
     """A vector `sentence_vectors` was to return is not finite in the dtype asked for."""
+
+
+def gather_vectors(
+    outputs,
+    attention_mask: torch.Tensor,
+    lengths: Sequence[int],
+    layers: str,
+    mix,
+    dtype: torch.dtype,
+    page_locked: bool = False,
+) -> PendingVectors:
+    """The layers asked for (`select_layers`) of a right-padded batch, cut to each row's `lengths[row]` words, on
+    their way to the host: `sentence_vectors` without the wait.
+
+    Only the sentences' words are gathered, in the order the arrays are laid out (one concatenation on the model's
+    device, without stacking the layers first), then converted, checked and copied to the host at once: the padding
+    never leaves the device, and every array is a contiguous view of that one copy, which writers take as it is.
+    `page_locked`: from a GPU, into page-locked memory without waiting for the device (the copy and the finiteness
+    flag are queued behind the model's work; `result()` waits), for arrays written and dropped soon (the embed
+    command's; arrays a caller keeps would keep that memory locked). Elsewhere the copy is done on return."""
+    planes = outputs.hidden_states if layers == "all" else (select_layers(outputs, attention_mask, layers, mix),)
+    packed = torch.cat([plane[row, :words] for row, words in enumerate(lengths) for plane in planes]).to(dtype)
+    # The extremes are finite exactly when every value is (aminmax propagates NaN): one pass that reads the vectors,
+    # where `isfinite(packed).all()` also writes and reads a mask as large as them (25x slower here).
+    finite = torch.stack(torch.aminmax(packed)).isfinite().all() if packed.numel() else torch.tensor(True)
+    dim = packed.shape[-1]
+    shapes = [(len(planes), words, dim) if layers == "all" else (words, dim) for words in lengths]
+    if not (page_locked and packed.device.type == "cuda"):
+        return PendingVectors(packed.cpu(), finite.cpu(), None, shapes)
+    # Page-locked memory takes one DMA transfer, where a copy into pageable memory goes through the driver's staging
+    # buffers and waits; torch's host allocator keeps the blocks later batches free, so each size is locked once.
+    host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True).copy_(packed, non_blocking=True)
+    flag = torch.empty((), dtype=torch.bool, pin_memory=True).copy_(finite, non_blocking=True)
+    copied = torch.cuda.Event()
+    copied.record()
+    return PendingVectors(host, flag, copied, shapes)
 
 
 def sentence_vectors(
@@ -957,35 +1039,10 @@ def sentence_vectors(
     dtype: torch.dtype,
     page_locked: bool = False,
 ) -> list[np.ndarray]:
-    """The layers asked for (`select_layers`) of a right-padded batch as one host array per sentence, cut to its
-    `lengths[row]` words: `(num_layers + 1, words, dim)` for `"all"`, `(words, dim)` otherwise, in `dtype`.
-
-    Only the sentences' words are gathered, in the order the arrays are laid out (one concatenation on the model's
-    device, without stacking the layers first), then converted, checked and copied to the host at once: the padding
-    never leaves the device, and every array is a contiguous view of that one copy, which writers take as it is.
-    `page_locked`: from a GPU, into page-locked memory (`host_copy`), for arrays written and dropped soon (the embed
-    command's; arrays a caller keeps would keep that memory locked). Raises NonFiniteVectors where a vector is not
-    finite in `dtype` (float16's range exceeded, or a broken model)."""
-    planes = outputs.hidden_states if layers == "all" else (select_layers(outputs, attention_mask, layers, mix),)
-    packed = torch.cat([plane[row, :words] for row, words in enumerate(lengths) for plane in planes]).to(dtype)
-    # The extremes are finite exactly when every value is (aminmax propagates NaN): one pass that reads the vectors,
-    # where `isfinite(packed).all()` also writes and reads a mask as large as them (25x slower here).
-    if packed.numel() and not bool(torch.stack(torch.aminmax(packed)).isfinite().all()):
-        raise NonFiniteVectors("non-finite vectors")
-    host = (host_copy(packed) if page_locked else packed.cpu()).numpy()
-    dim, ends = host.shape[-1], np.cumsum([len(planes) * words for words in lengths])
-    shapes = [(len(planes), words, dim) if layers == "all" else (words, dim) for words in lengths]
-    return [host[end - len(planes) * words : end].reshape(shape) for end, words, shape in zip(ends, lengths, shapes)]
-
-
-def host_copy(tensor: torch.Tensor) -> torch.Tensor:
-    """`tensor.cpu()`, through page-locked host memory where `tensor` is on a CUDA device: a copy into pageable memory
-    goes through the driver's staging buffers, one into page-locked memory is one DMA transfer (torch's host
-    allocator keeps the blocks that later batches free, so each size is page-locked once)."""
-    if tensor.device.type != "cuda":
-        return tensor.cpu()
-    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-    return host.copy_(tensor)
+    """The layers asked for of a right-padded batch as one host array per sentence, cut to its `lengths[row]` words:
+    `(num_layers + 1, words, dim)` for `"all"`, `(words, dim)` otherwise, in `dtype` (`gather_vectors`, waited for).
+    Raises NonFiniteVectors where a vector is not finite in `dtype` (float16's range exceeded, or a broken model)."""
+    return gather_vectors(outputs, attention_mask, lengths, layers, mix, dtype, page_locked).result()
 
 
 def mix_for(layers: str, mix_weights: Sequence[float] | None, gamma: float, num_layers: int):
