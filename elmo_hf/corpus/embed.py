@@ -571,7 +571,9 @@ class PendingVectors:
         shapes: each sentence's array shape, `(planes, words, dim)` or `(words, dim)`.
     """
 
-    def __init__(self, host: torch.Tensor, finite: torch.Tensor, copied, shapes: list[tuple[int, ...]]):
+    def __init__(
+        self, host: torch.Tensor, finite: torch.Tensor, copied: torch.cuda.Event | None, shapes: list[tuple[int, ...]]
+    ):
         self.host, self.finite, self.copied, self.shapes = host, finite, copied, shapes
 
     def result(self) -> list[np.ndarray]:
@@ -788,6 +790,10 @@ class EmbedRun:
             # One batch in flight: the model reads the tokenizer's host tensors and its next batch is queued before
             # the last one's vectors are awaited, so that a GPU computes while the host prepares and hands on.
             pending: tuple[list[Sentence], PendingVectors, str] | None = None
+
+            def hand_on(batch: list[Sentence], vectors: PendingVectors, keys: str):
+                put(results, ("vectors", batch, self.finish(vectors, keys)), self.stop)
+
             with torch.inference_mode():
                 while (item := get(batches, self.stop)) is not None:
                     if isinstance(item, Failure):
@@ -797,10 +803,10 @@ class EmbedRun:
                     batch, input_ids, attention_mask = item
                     launched = self.vectors(model, mix, input_ids, attention_mask, batch, device)
                     if pending is not None:
-                        put(results, ("vectors", pending[0], self.finish(*pending[1:])), self.stop)
+                        hand_on(*pending)
                     pending = launched
                 if pending is not None and not self.stop.is_set():
-                    put(results, ("vectors", pending[0], self.finish(*pending[1:])), self.stop)
+                    hand_on(*pending)
             put(results, None, self.stop)
             writer_thread.join()
         except BaseException as error:
