@@ -29,9 +29,9 @@ from elmo_hf.corpus.embed import (
     EmbedRunError,
     NonFiniteVectors,
     embed_corpus,
+    gather_vectors,
     mix_for,
     select_layers,
-    sentence_vectors,
 )
 from elmo_hf.corpus.parts import write_vectors
 
@@ -157,7 +157,7 @@ def test_layer_choices_shapes_and_values(model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("layers", ["all", "top", "average"])
-def test_sentence_vectors_are_each_rows_words_in_one_host_copy(layers):
+def test_gathered_vectors_are_each_rows_words_in_one_host_copy(layers):
     """Each sentence's array is bitwise its row of `select_layers`, cut to its words, converted to the dtype asked
     for, and a contiguous view of one copy; padding (here NaN and overflowing values) is never read or checked.
     `page_locked` (the embed command's copy from a GPU) changes nothing for tensors on a CPU."""
@@ -171,7 +171,7 @@ def test_sentence_vectors_are_each_rows_words_in_one_host_copy(layers):
     mix = mix_for(layers, None, 1.0, 3)
     selected = select_layers(outputs, attention_mask, layers, mix)
     for dtype, page_locked in itertools.product((torch.float32, torch.float16), (False, True)):
-        arrays = sentence_vectors(outputs, attention_mask, lengths, layers, mix, dtype, page_locked=page_locked)
+        arrays = gather_vectors(outputs, attention_mask, lengths, layers, mix, dtype, page_locked=page_locked).result()
         bases = {id(array.base) for array in arrays}
         assert len(bases) == 1 and None not in bases
         for row, (words, array) in enumerate(zip(lengths, arrays)):
@@ -211,13 +211,13 @@ def test_write_vectors_writes_what_h5pys_create_dataset_writes(tmp_path):
 
 
 @pytest.mark.parametrize("value, dtype", [(math.nan, torch.float32), (-math.inf, torch.float32), (7e4, torch.float16)])
-def test_sentence_vectors_refuse_a_vector_that_is_not_finite_in_the_dtype(value, dtype):
+def test_gathered_vectors_refuse_a_vector_that_is_not_finite_in_the_dtype(value, dtype):
     hidden = [torch.zeros(2, 3, 4) for _ in range(3)]
     hidden[1][1, 1, 2] = value
     outputs = BaseModelOutput(last_hidden_state=hidden[-1], hidden_states=tuple(hidden))
     with pytest.raises(NonFiniteVectors):
-        sentence_vectors(outputs, torch.ones(2, 3, dtype=torch.long), [3, 2], "all", None, dtype)
-    assert len(sentence_vectors(outputs, torch.ones(2, 3, dtype=torch.long), [3, 1], "all", None, dtype)) == 2
+        gather_vectors(outputs, torch.ones(2, 3, dtype=torch.long), [3, 2], "all", None, dtype).result()
+    assert len(gather_vectors(outputs, torch.ones(2, 3, dtype=torch.long), [3, 1], "all", None, dtype).result()) == 2
 
 
 def test_non_finite_vectors_stop_the_run_naming_the_lines(model_dir, tmp_path, capsys):

@@ -577,7 +577,8 @@ class PendingVectors:
         self.host, self.finite, self.copied, self.shapes = host, finite, copied, shapes
 
     def result(self) -> list[np.ndarray]:
-        """One array per sentence (as `sentence_vectors` returns them); raises NonFiniteVectors."""
+        """One array per sentence, `(planes, words, dim)` or `(words, dim)`, each a contiguous view of the one copy;
+        raises NonFiniteVectors where a vector is not finite in the dtype asked for."""
         if self.copied is not None:
             self.copied.synchronize()
         if not bool(self.finite):
@@ -997,7 +998,8 @@ def select_layers(outputs, attention_mask: torch.Tensor, layers: str, mix) -> to
 
 
 class NonFiniteVectors(ValueError):
-    """A vector `sentence_vectors` was to return is not finite in the dtype asked for."""
+    """A vector `gather_vectors` gathered is not finite in the dtype asked for (float16's range exceeded, or a broken
+    model)."""
 
 
 def gather_vectors(
@@ -1010,7 +1012,8 @@ def gather_vectors(
     page_locked: bool = False,
 ) -> PendingVectors:
     """The layers asked for (`select_layers`) of a right-padded batch, cut to each row's `lengths[row]` words, on
-    their way to the host: `sentence_vectors` without the wait.
+    their way to the host: `.result()` gives one array per sentence, `(num_layers + 1, words, dim)` for `"all"`,
+    `(words, dim)` otherwise, in `dtype`.
 
     Only the sentences' words are gathered, in the order the arrays are laid out (one concatenation on the model's
     device, without stacking the layers first), then converted, checked and copied to the host at once: the padding
@@ -1034,21 +1037,6 @@ def gather_vectors(
     copied = torch.cuda.Event()
     copied.record()
     return PendingVectors(host, flag, copied, shapes)
-
-
-def sentence_vectors(
-    outputs,
-    attention_mask: torch.Tensor,
-    lengths: Sequence[int],
-    layers: str,
-    mix,
-    dtype: torch.dtype,
-    page_locked: bool = False,
-) -> list[np.ndarray]:
-    """The layers asked for of a right-padded batch as one host array per sentence, cut to its `lengths[row]` words:
-    `(num_layers + 1, words, dim)` for `"all"`, `(words, dim)` otherwise, in `dtype` (`gather_vectors`, waited for).
-    Raises NonFiniteVectors where a vector is not finite in `dtype` (float16's range exceeded, or a broken model)."""
-    return gather_vectors(outputs, attention_mask, lengths, layers, mix, dtype, page_locked).result()
 
 
 def mix_for(layers: str, mix_weights: Sequence[float] | None, gamma: float, num_layers: int):

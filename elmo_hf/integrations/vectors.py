@@ -28,10 +28,10 @@ from ..corpus.embed import (
     OUTPUT_DTYPES,
     NonFiniteVectors,
     Sentence,
+    gather_vectors,
     length_grouped_batches,
     load_model,
     resolve_device,
-    sentence_vectors,
 )
 from ..errors import is_finite_real, is_whole
 from ..packaged_elmo import resolve_model_name
@@ -208,10 +208,10 @@ class WordVectors:
                 output_lstm_state=stateful,
             )
             try:
-                arrays = sentence_vectors(
+                arrays = gather_vectors(
                     outputs, attention_mask, [len(words) for words in sentences], self.layers, self.mix,
                     OUTPUT_DTYPES[self.dtype],
-                )
+                ).result()
             except NonFiniteVectors:
                 hint = "; check the model"
                 if self.dtype == "float16":
