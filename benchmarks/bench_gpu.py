@@ -40,14 +40,15 @@ What it prints:
 - `elmo-hf embed` (`embed_corpus`, through part files and a merge) over `--embed-sentences` synthetic lines at
   `--embed-batch-size`, the model loaded from a saved folder in float32 and in bfloat16 (issue 25's goal 3), storing
   the command's default (all layers as float32 vectors, 12 KiB a word of the original) and the top layer as float16
-  (2 KiB a word; `--embed-outputs` picks either): words/s of the run (first line read to last part written) and of the
-  whole call, the seconds loading the weights took, the seconds before the first batch reached the model (counting
-  lines, the model's fingerprint, reading and encoding the first batch) and the first batch's own (compiling and
-  capturing included), the CPU time of the run's reader, main and writer threads and of its writer processes as shares
-  of the run (`EmbedSummary.thread_seconds`), and the CUDA graphs captured during the call with the host's seconds in
-  them; then the same with `bench_embed.py`'s stand-in, a model that costs nothing (its outputs on the GPU, as a
-  model's are): the command's ceiling on this machine's host side, with the writer processes the command chooses for
-  this host and with the writer thread alone (`--writers 0`);
+  (2 KiB a word; `--embed-outputs` picks either): words/s of the run (first line read to last part written), steady
+  (the words after the first batch over the run's time after the model's first call ended) and of the whole call, the
+  seconds loading the weights took, the seconds before the first batch reached the model (counting lines, the model's
+  fingerprint, reading and encoding the first batch) and the first batch's own (compiling and capturing included), the
+  CPU time of the run's reader, main and writer threads and of its writer processes as shares of the run
+  (`EmbedSummary.thread_seconds`), and the CUDA graphs captured during the call with the host's seconds in them; then
+  the same with `bench_embed.py`'s stand-in, a model that costs nothing (its outputs on the GPU, as a model's are): the
+  command's ceiling on this machine's host side, with the writer processes the command chooses for this host and with
+  the writer thread alone (`--writers 0`);
 - exactness with default settings: the max abs difference of every layer (token layer, then the LSTM layers) from
   float64 (same weights, `elmo_implementation="eager"` in float64) on the first 64 sentences, for float32 as
   dispatched, float32 through the reference modules, bfloat16 and float32 on the export path; whether each of them
@@ -286,21 +287,31 @@ def inference_rows(args, device: torch.device, limits: dict) -> Iterator[str]:
 
 
 class FirstCall(nn.Module):
-    """`model` as `embed_corpus` sees it, with the times its first call started and finished (the GPU synchronised)."""
+    """`model` as `embed_corpus` sees it, with the time its first call started and finished (the GPU synchronised)
+    and that call's mask (its words are counted after the run: reading a mask on the GPU would wait for it)."""
 
     def __init__(self, model: nn.Module, device: torch.device):
         super().__init__()
         self.model, self.config, self.device = model, model.config, device
         self.started: float | None = None
         self.finished: float | None = None
+        self.mask: torch.Tensor | None = None
 
     def forward(self, **inputs):
-        self.started = self.started or time.perf_counter()
+        if self.started is None:
+            self.started, self.mask = time.perf_counter(), inputs["attention_mask"]
         outputs = self.model(**inputs)
         if self.finished is None:
             synchronize(self.device)
             self.finished = time.perf_counter()
         return outputs
+
+    def steady(self, summary) -> str:
+        """Words/s once the first batch (compiling, first captures) is behind: the words of every later batch over the
+        time from the first call's end to the run's end, taken as the first call's start plus the run's seconds (the
+        run starts a little earlier, by the reading of the first batch, so this errs low)."""
+        end = self.started + summary.seconds
+        return f"{(summary.words - int(self.mask.sum())) / (end - self.finished):,.0f}"
 
 
 def embed_rows(args, device: torch.device) -> Iterator[str]:
@@ -340,8 +351,8 @@ def embed_rows(args, device: torch.device) -> Iterator[str]:
                 whole = time.perf_counter() - start
                 yield (
                     f"| {build} | {layers} {vectors_dtype} | {summary.words / summary.seconds:,.0f} | "
-                    f"{summary.words / whole:,.0f} | {loading:.1f} | {timed.started - start:.1f} | "
-                    f"{timed.finished - timed.started:.1f} | {thread_shares(summary)} | "
+                    f"{timed.steady(summary)} | {summary.words / whole:,.0f} | {loading:.1f} | "
+                    f"{timed.started - start:.1f} | {timed.finished - timed.started:.1f} | {thread_shares(summary)} | "
                     f"{CountedGraphs.captures - captures}, {CountedGraphs.seconds - capturing:.2f} s |"
                 )
                 del timed
@@ -658,9 +669,10 @@ def main() -> int:
     if "embed" in args.sections:
         print(f"\nelmo-hf embed (embed_corpus), {args.architecture}, {args.embed_sentences} lines, batch "
               f"{args.embed_batch_size}; the model's first call per stored output")
-        print("| build | vectors | run words/s | whole call words/s | loading s | before the first batch s | "
-              "first batch s | reader CPU | main CPU | writer CPU | writer processes CPU | graphs captured, host s |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| build | vectors | run words/s | steady words/s | whole call words/s | loading s | before the first "
+              "batch s | first batch s | reader CPU | main CPU | writer CPU | writer processes CPU | graphs captured, "
+              "host s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for row in embed_rows(args, device):
             print(row)
 

@@ -191,10 +191,11 @@ def test_gpu_benchmark_answers_help_refuses_a_machine_without_cuda_and_runs_ever
     embed = [[cell.strip() for cell in row] for row in rows if row[0].strip() in embed_builds]
     assert [row[:2] for row in embed] == [[build, vectors] for build in embed_builds
                                           for vectors in ("all float32", "top float16")]
-    assert all(float(row[2].replace(",", "")) > 0 and float(row[5]) >= 0 for row in embed)
+    assert all(float(row[2].replace(",", "")) > 0 and float(row[6]) >= 0 for row in embed)
+    assert all(float(row[3].replace(",", "")) > 0 for row in embed)  # steady: the batches after the first
     # reader, main, writer CPU, writer processes CPU
-    assert all(int(share.removesuffix("%")) >= 0 for row in embed for share in row[7:11])
-    assert {row[11] for row in embed} == {"0, 0.00 s"}  # no CUDA graphs on a CPU
+    assert all(int(share.removesuffix("%")) >= 0 for row in embed for share in row[8:12])
+    assert {row[12] for row in embed} == {"0, 0.00 s"}  # no CUDA graphs on a CPU
     assert "dispatcher, float32 training: recurrence training" in result.stdout  # on a CPU, the CPU's kernel
     for build in ("dispatched", "reference"):
         check = next(line for line in result.stdout.splitlines() if f"{build} step against float64" in line)
