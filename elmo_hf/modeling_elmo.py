@@ -773,8 +773,11 @@ class ElmoScalarMix(nn.Module):
         """`num_representations` tensors `(batch_size, sequence_length, dim)` (`outputs.hidden_states`) and optionally
         the word mask `(batch_size, sequence_length)` (the tokenizer's `attention_mask`) -> `(batch_size,
         sequence_length, dim)`. With the mask, padding comes out zero; without it, padding stays as the layers have it
-        (zero for `ElmoModel`'s outputs). `layer_norm="batch"` needs the mask."""
+        (zero for `ElmoModel`'s outputs). `layer_norm="batch"` needs the mask. The mask may be where the tokenizer left
+        it (the host) while the layers are on a GPU, as `ElmoModel` takes it: it is moved to them."""
         check_mix_inputs(self, hidden_states, mask)
+        if mask is not None:
+            mask = to_device(mask, hidden_states[0].device)
         mixed = sum(
             weight * (self._normalise(layer, mask) if self.layer_norm else layer)
             for weight, layer in zip(self.weights(), hidden_states)

@@ -47,6 +47,18 @@ def test_mix_equals_hand_computed_weighted_sum(layer_norm):
     np.testing.assert_allclose(mix(layers, mask).detach().double().numpy(), expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("layer_norm", [None, "token", "batch"])
+def test_the_mask_may_stay_on_the_host_while_the_layers_are_elsewhere(layer_norm):
+    """As `ElmoModel` takes the tokenizer's host tensors on a GPU, its mix takes the host mask with layers on another
+    device (here `meta`, where reading values would fail): the mask goes to the layers (it failed with torch's
+    device error before), and the output has the layers' device and the host mix's shape."""
+    layers, mask = random_layers()
+    mix = ElmoScalarMix(3, layer_norm=layer_norm)
+    expected = mix(layers, mask)
+    mixed = mix.to("meta")(tuple(layer.to("meta") for layer in layers), mask)
+    assert mixed.device.type == "meta" and mixed.shape == expected.shape and mixed.dtype == expected.dtype
+
+
 def test_equal_weights_and_gamma_one_by_default():
     layers, mask = random_layers()
     mix = ElmoScalarMix(3)

@@ -70,7 +70,6 @@ from ..conversion.convert import check_output_file
 from ..cpu_kernels import available_cores
 from ..errors import ElmoInputError, ElmoRunError, check_positive_integer, check_threads, is_whole
 from ..packaged_elmo import DEFAULT_MODEL, resolve_model_name
-from ..reference_elmo import to_device
 from .data import DECODING_ERRORS, decode_line, device_memory, through_link
 from .parts import (
     LINE_ATTR, SETTINGS_ATTR, GuardedFile, Part, ReadBackError, WriterError, WriterProcess, fsync_folder,
@@ -989,12 +988,12 @@ def merge_shards(output: str | os.PathLike, world_size: int | None = None, overw
 def select_layers(outputs, attention_mask: torch.Tensor, layers: str, mix) -> torch.Tensor:
     """The layers asked for (`LAYER_CHOICES`) from `ElmoModel`'s outputs, called with `output_hidden_states=True`:
     `(batch_size, num_layers + 1, sequence_length, dim)` for `"all"`, `(batch_size, sequence_length, dim)` otherwise
-    (`mix`, an `ElmoScalarMix`, for `"average"` and `"mix"`; the mask may be on the host, as the model takes it)."""
+    (`mix`, an `ElmoScalarMix`, for `"average"` and `"mix"`)."""
     if layers == "all":
         return torch.stack(outputs.hidden_states, dim=1)
     if layers == "top":
         return outputs.last_hidden_state
-    return mix(outputs.hidden_states, to_device(attention_mask, outputs.last_hidden_state.device))
+    return mix(outputs.hidden_states, attention_mask)
 
 
 class NonFiniteVectors(ValueError):
